@@ -1,0 +1,7 @@
+"""``python -m rightreasons`` runs the command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,197 @@
+"""B-cos units: ``BcosConv2d``, ``BcosLinear`` and the fixed ``LogitLayer``.
+
+A B-cos unit with weight ``w`` computes ``(ŵᵀx) · |cos(x, ŵ)|^(B-1)`` with ``ŵ = w / ‖w‖``: a linear unit whose output is
+scaled down by how badly the input aligns with the weight. It is dynamic linear, ``w̃(x) = |cos|^(B-1) ŵ``, and the
+``|cos|^(B-1)`` factor is the dynamic weight applied through :mod:`rightreasons.bcos.dynamic`.
+
+Numerics follow the B-cos v2 release (``SCIENCE.md`` §1) so that its checkpoints reproduce their outputs: weights are
+normalised without eps, patch norms get ``+1e-6`` inside the square root (conv) or ``+1e-12`` after it (linear), and
+``B != 2`` uses ``(|cos| + 1e-6)^(B-1)``. Parameters live at ``<module>.linear.weight`` as in the release.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .dynamic import DynamicLinear
+
+__all__ = ["BcosConv2d", "BcosLinear", "LogitLayer", "default_logit_bias"]
+
+
+def _check_bcos_args(b: float, max_out: int, bias: bool, name: str) -> None:
+    if bias:
+        raise ValueError(f"{name} never has a bias: B-cos units must stay dynamic linear (got bias=True)")
+    if not b >= 1:
+        raise ValueError(f"{name}: the alignment exponent B must be >= 1, got b={b!r}")
+    if not (isinstance(max_out, int) and max_out >= 1):
+        raise ValueError(f"{name}: max_out must be an integer >= 1, got max_out={max_out!r}")
+
+
+def _alignment_scale(out: Tensor, norm: Tensor, b: float) -> Tensor:
+    """The dynamic weight ``|cos|^(B-1)`` with ``cos = out / norm`` (B-cos v2 numerics)."""
+    if b == 2:
+        return out.abs() / norm
+    return ((out / norm).abs() + 1e-6).pow(b - 1)
+
+
+def _max_out(out: Tensor, units: int, max_out: int, dim: int) -> Tensor:
+    """MaxOut over ``max_out`` consecutive channels per unit. A selection: exact under autograd, no extra mechanism."""
+    if max_out == 1:
+        return out
+    return out.unflatten(dim, (units, max_out)).max(dim=dim + 1 if dim >= 0 else dim).values
+
+
+class BcosConv2d(DynamicLinear):
+    """2-D B-cos convolution: ``out = conv(x, ŵ) · |cos|^(B-1)`` with ``cos`` taken per receptive-field patch.
+
+    Args:
+        in_channels, out_channels, kernel_size, stride, padding, dilation, groups: as for :class:`torch.nn.Conv2d`.
+        b: alignment exponent B >= 1 (B = 1 is a conv with unit-norm weights).
+        max_out: MaxOut units per output channel (each output owns ``max_out`` consecutive filters).
+        bias: accepted only as ``False``; B-cos units never have a bias.
+
+    Shapes: ``[N, in_channels, H, W] -> [N, out_channels, H', W']``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int] = 1,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        b: float = 2,
+        max_out: int = 1,
+        bias: bool = False,
+    ) -> None:
+        _check_bcos_args(b, max_out, bias, "BcosConv2d")
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"BcosConv2d: in_channels={in_channels} and out_channels={out_channels} "
+                             f"must both be divisible by groups={groups}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.b = b
+        self.max_out = max_out
+        self.groups = groups
+        self.linear = nn.Conv2d(in_channels, out_channels * max_out, kernel_size, stride, padding, dilation, groups,
+                                bias=False)
+        self.kernel_size = self.linear.kernel_size
+        self.stride = self.linear.stride
+        self.padding = self.linear.padding
+        self.dilation = self.linear.dilation
+        self.patch_size = self.kernel_size[0] * self.kernel_size[1]
+
+    def normalized_weight(self) -> Tensor:
+        """``ŵ``: every filter scaled to unit L2 norm over (in, kh, kw). ``[out·max_out, in/groups, kh, kw]``."""
+        w = self.linear.weight
+        return w / torch.linalg.vector_norm(w, dim=(1, 2, 3), keepdim=True)
+
+    def patch_norms(self, x: Tensor) -> Tensor:
+        """``‖x‖`` per zero-padded receptive field and group: ``[N, groups, H', W']``."""
+        squares = x.square()
+        if self.groups == 1:
+            squares = squares.sum(1, keepdim=True)
+        else:
+            squares = squares.unflatten(1, (self.groups, -1)).sum(2)
+        if self.dilation != (1, 1):
+            ones = squares.new_ones(self.groups, 1, *self.kernel_size)
+            sums = F.conv2d(squares, ones, None, self.stride, self.padding, self.dilation, self.groups)
+        elif self.kernel_size == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0):
+            sums = squares
+        else:
+            sums = F.avg_pool2d(squares, self.kernel_size, self.stride, self.padding) * self.patch_size
+        return (sums + 1e-6).sqrt()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, C_in, H, W] -> [N, C_out, H', W']``."""
+        out = F.conv2d(x, self.normalized_weight(), None, self.stride, self.padding, self.dilation, self.groups)
+        out = _max_out(out, self.out_channels, self.max_out, dim=1)
+        if self.b == 1:
+            return out
+        norm = self.patch_norms(x)
+        if self.groups == 1:
+            return self.dynamic(_alignment_scale(out, norm, self.b), out)
+        grouped = out.unflatten(1, (self.groups, -1))
+        scale = _alignment_scale(grouped, norm.unsqueeze(2), self.b)
+        return self.dynamic(scale, grouped).flatten(1, 2)
+
+    def extra_repr(self) -> str:
+        return f"B={self.b}" + (f", max_out={self.max_out}" if self.max_out > 1 else "")
+
+
+class BcosLinear(DynamicLinear):
+    """B-cos linear layer on the last dimension: ``[*, in_features] -> [*, out_features]``.
+
+    Args:
+        in_features, out_features: sizes of the last dimension.
+        b: alignment exponent B >= 1.
+        max_out: MaxOut units per output feature.
+        bias: accepted only as ``False``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, b: float = 2, max_out: int = 1, bias: bool = False) -> None:
+        _check_bcos_args(b, max_out, bias, "BcosLinear")
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.b = b
+        self.max_out = max_out
+        self.linear = nn.Linear(in_features, out_features * max_out, bias=False)
+
+    def normalized_weight(self) -> Tensor:
+        """``ŵ``: rows of the weight scaled to unit norm. ``[out·max_out, in]``."""
+        w = self.linear.weight
+        return w / torch.linalg.vector_norm(w, dim=1, keepdim=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[*, in_features] -> [*, out_features]``."""
+        out = _max_out(F.linear(x, self.normalized_weight()), self.out_features, self.max_out, dim=-1)
+        if self.b == 1:
+            return out
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True) + 1e-12
+        return self.dynamic(_alignment_scale(out, norm, self.b), out)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, B={self.b}" + (
+            f", max_out={self.max_out}" if self.max_out > 1 else "")
+
+
+def default_logit_bias(num_classes: int) -> float:
+    """``-log(C - 1)``: the release's fixed logit bias, so that an all-zero input predicts probability 1/C per class
+    under a sigmoid. 0.0 for ``C <= 2``."""
+    return -math.log(num_classes - 1) if num_classes > 2 else 0.0
+
+
+class LogitLayer(nn.Module):
+    """Fixed (not learnt) logit transform ``z / T + b``; it has no state-dict entries.
+
+    Args:
+        bias: the additive logit bias ``b`` (0.0 is a valid, explicit choice).
+        temperature: the divisor ``T``; ``None`` means 1.
+    """
+
+    def __init__(self, bias: float = 0.0, temperature: float | None = None) -> None:
+        super().__init__()
+        if temperature is not None and not temperature > 0:
+            raise ValueError(f"LogitLayer: temperature must be > 0, got {temperature!r}")
+        if not math.isfinite(bias):
+            raise ValueError(f"LogitLayer: bias must be finite, got {bias!r}")
+        self.bias = float(bias)
+        self.temperature = temperature
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, C] -> [N, C]``."""
+        if self.temperature is not None:
+            x = x / self.temperature
+        return x + self.bias if self.bias != 0.0 else x
+
+    def extra_repr(self) -> str:
+        return f"bias={self.bias:.4f}, temperature={self.temperature}"
+

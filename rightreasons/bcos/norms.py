@@ -1,0 +1,287 @@
+"""Normalisation layers read as dynamic linear maps (B-cos v2 §5, ``SCIENCE.md`` §2).
+
+Every norm here computes ``y = γ · (x − μ) / σ (+ β)`` where ``1/σ`` is a dynamic weight applied through
+:mod:`rightreasons.bcos.dynamic` (held constant in explanation mode, exact under double backward). The centring ``x − μ``
+is linear in ``x`` and stays in the explanation. *Uncentred* norms drop ``μ`` (``σ`` is still the standard deviation of
+the centred input, biased); together with :func:`NoBias` they keep a network free of additive terms, so that
+``logit − logit_bias == Σ W(x) ⊙ x`` holds exactly.
+
+Statistics are taken over (the name says which)
+
+================  ==================  =====================================
+norm              statistics over     parameters / buffers (state-dict keys)
+================  ==================  =====================================
+BatchNorm         N, H, W per C       weight, bias, running_mean/var, num_batches_tracked
+AllNorm           N, C, H, W          the same, with one feature
+GroupNorm         C/G, H, W per G     weight, bias
+GNLayerNorm2d     C, H, W             weight, bias (GroupNorm with one group)
+GNInstanceNorm2d  H, W per C          weight, bias (GroupNorm with C groups)
+PositionNorm2d    C per (h, w)        weight, bias
+LayerNorm         last dims (tokens)  weight, bias
+================  ==================  =====================================
+
+Uncentred BatchNorm/AllNorm keep a ``running_var`` EMA of the biased batch variance and a ``running_mean`` buffer that
+is never updated (it exists so that release checkpoints load); centred ones follow :class:`torch.nn.BatchNorm2d`.
+"""
+
+from __future__ import annotations
+
+from functools import wraps
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .dynamic import DynamicLinear
+
+__all__ = [
+    "AllNorm2d", "AllNormUncentered2d", "BatchNorm2d", "BatchNormUncentered2d", "GNInstanceNorm2d",
+    "GNInstanceNormUncentered2d", "GNLayerNorm2d", "GNLayerNormUncentered2d", "GroupNorm2d", "GroupNormUncentered2d",
+    "LayerNorm", "LayerNormUncentered", "NORM_LAYERS", "NoBias", "PositionNorm2d", "PositionNormUncentered2d",
+    "Unaffine", "get_norm_layer",
+]
+
+
+def _normalize(module: DynamicLinear, x: Tensor, var: Tensor, mean: Tensor | None) -> Tensor:
+    """``(x − mean) / sqrt(var + eps)`` with the std as the dynamic divisor (shapes broadcast)."""
+    centred = x if mean is None else x - mean
+    return module.dynamic((var + module.eps).sqrt(), centred, product="div")
+
+
+def _statistics(x: Tensor, dim: int | tuple[int, ...], centred: bool, keepdim: bool) -> tuple[Tensor, Tensor | None]:
+    """Biased variance over ``dim`` and, for centred norms, the mean (``None`` otherwise)."""
+    if centred:
+        return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)
+    return torch.var(x, dim=dim, unbiased=False, keepdim=keepdim), None
+
+
+def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y
+
+
+def _check_4d(module: nn.Module, x: Tensor) -> None:
+    if x.dim() != 4:
+        raise ValueError(f"{type(module).__name__} expects a [N, C, H, W] tensor, got shape {tuple(x.shape)}")
+
+
+class _RunningStatsNorm(nn.BatchNorm2d, DynamicLinear):
+    """BatchNorm-style norm with running statistics; subclasses choose centring and whether C is pooled too."""
+
+    centred: bool
+    pool_channels: bool = False
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True) -> None:
+        super().__init__(1 if self.pool_channels else num_features, eps, momentum, affine, track_running_stats)
+
+    def _momentum(self) -> float:
+        self.num_batches_tracked.add_(1)
+        return 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, C, H, W] -> [N, C, H, W]``."""
+        _check_4d(self, x)
+        dims = (0, 1, 2, 3) if self.pool_channels else (0, 2, 3)
+        shape = (1, -1, 1, 1)
+        if self.training or self.running_var is None:
+            var, mean = _statistics(x, dims, self.centred, keepdim=False)
+            if self.training and self.track_running_stats:
+                m = self._momentum()
+                with torch.no_grad():
+                    if self.centred:
+                        n = x.numel() / var.numel()
+                        self.running_mean.copy_((1 - m) * self.running_mean + m * mean.reshape(-1))
+                        self.running_var.copy_((1 - m) * self.running_var + m * var.reshape(-1) * n / max(n - 1, 1))
+                    else:
+                        self.running_var.copy_((1 - m) * self.running_var + m * var.reshape(-1))
+            var, mean = var.reshape(shape), None if mean is None else mean.reshape(shape)
+        else:
+            var, mean = self.running_var.view(shape), self.running_mean.view(shape) if self.centred else None
+        y = _normalize(self, x, var, mean)
+        return _affine(y, self.weight, self.bias, shape)
+
+
+class BatchNormUncentered2d(_RunningStatsNorm):
+    """Uncentred BatchNorm: ``γ · x / sqrt(var_B + eps)``; the release's ``bnu`` norm (with :func:`NoBias`)."""
+
+    centred = False
+
+
+class BatchNorm2d(_RunningStatsNorm):
+    """Centred BatchNorm, numerically :class:`torch.nn.BatchNorm2d`, with the std as a dynamic weight."""
+
+    centred = True
+
+
+class AllNormUncentered2d(_RunningStatsNorm):
+    """Uncentred AllNorm: one variance over the whole batch tensor (N, C, H, W); parameters of size 1."""
+
+    centred = False
+    pool_channels = True
+
+
+class AllNorm2d(_RunningStatsNorm):
+    """Centred AllNorm: one mean and variance over N, C, H, W; parameters of size 1."""
+
+    centred = True
+    pool_channels = True
+
+
+class _GroupStatsNorm(nn.GroupNorm, DynamicLinear):
+    """GroupNorm-style norm: statistics per sample over each group of channels and all positions."""
+
+    centred: bool
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, C, H, W] -> [N, C, H, W]``."""
+        _check_4d(self, x)
+        grouped = x.unflatten(1, (self.num_groups, -1))
+        var, mean = _statistics(grouped, (2, 3, 4), self.centred, keepdim=True)
+        y = _normalize(self, grouped, var, mean).flatten(1, 2)
+        return _affine(y, self.weight, self.bias, (1, -1, 1, 1))
+
+
+class GroupNormUncentered2d(_GroupStatsNorm):
+    """Uncentred GroupNorm: ``γ · x / σ_group``."""
+
+    centred = False
+
+
+class GroupNorm2d(_GroupStatsNorm):
+    """Centred GroupNorm, numerically :class:`torch.nn.GroupNorm`."""
+
+    centred = True
+
+
+class GNLayerNormUncentered2d(GroupNormUncentered2d):
+    """Uncentred LayerNorm over (C, H, W), as a GroupNorm with one group."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__(1, num_channels, eps, affine)
+
+
+class GNLayerNorm2d(GroupNorm2d):
+    """Centred LayerNorm over (C, H, W), as a GroupNorm with one group (the ViT-c conv stem's norm)."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__(1, num_channels, eps, affine)
+
+
+class GNInstanceNormUncentered2d(GroupNormUncentered2d):
+    """Uncentred InstanceNorm over (H, W) per channel, as a GroupNorm with C groups."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__(num_channels, num_channels, eps, affine)
+
+
+class GNInstanceNorm2d(GroupNorm2d):
+    """Centred InstanceNorm over (H, W) per channel, as a GroupNorm with C groups."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__(num_channels, num_channels, eps, affine)
+
+
+class _ChannelStatsNorm(nn.LayerNorm, DynamicLinear):
+    """LayerNorm-style norm over trailing dims (tokens) or, with ``channels_first``, over C per position."""
+
+    centred: bool
+    channels_first: bool = False
+
+    def __init__(self, features: int, eps: float = 1e-5, affine: bool = True) -> None:
+        if not isinstance(features, int):
+            raise TypeError(f"{type(self).__name__}: features must be an int, got {type(features).__name__}")
+        super().__init__(features, eps=eps, elementwise_affine=affine)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Position norms: ``[N, C, H, W] -> [N, C, H, W]``; token norms: ``[*, C] -> [*, C]``."""
+        if self.channels_first:
+            _check_4d(self, x)
+        dim, shape = (1, (1, -1, 1, 1)) if self.channels_first else (-1, (-1,))
+        var, mean = _statistics(x, dim, self.centred, keepdim=True)
+        y = _normalize(self, x, var, mean)
+        return _affine(y, self.weight, self.bias, shape)
+
+
+class PositionNormUncentered2d(_ChannelStatsNorm):
+    """Uncentred PositionNorm: ``γ · x / σ_C`` at every position (the ConvNeXt ``_pn`` release uses eps 1e-6)."""
+
+    centred = False
+    channels_first = True
+
+
+class PositionNorm2d(_ChannelStatsNorm):
+    """Centred PositionNorm: LayerNorm over C at every position of a ``[N, C, H, W]`` map."""
+
+    centred = True
+    channels_first = True
+
+
+class LayerNorm(_ChannelStatsNorm):
+    """Centred LayerNorm over the last dimension of token tensors ``[N, T, C]`` (the B-cos ViTs' norm)."""
+
+    centred = True
+
+
+class LayerNormUncentered(_ChannelStatsNorm):
+    """Uncentred LayerNorm over the last dimension of token tensors."""
+
+    centred = False
+
+
+NormFactory = Callable[..., nn.Module]
+
+
+def _stripped(make_norm: NormFactory, suffix: str, drop_weight: bool) -> NormFactory:
+    @wraps(make_norm)
+    def build(*args, **kwargs) -> nn.Module:
+        norm = make_norm(*args, **kwargs)
+        if getattr(norm, "bias", None) is None:
+            raise ValueError(f"{suffix}({getattr(make_norm, '__name__', make_norm)}) needs an affine norm; "
+                             "it was built with affine=False")
+        norm.bias = None
+        if drop_weight:
+            norm.weight = None
+        return norm
+
+    build.__name__ = build.__qualname__ = f"{suffix}({getattr(make_norm, '__name__', 'norm')})"
+    return build
+
+
+def NoBias(make_norm: NormFactory) -> NormFactory:  # noqa: N802 - reads as a type wrapper
+    """Wrap a norm factory so that the built norm has no learnt bias ``β`` (needed for complete explanations)."""
+    return _stripped(make_norm, "NoBias", drop_weight=False)
+
+
+def Unaffine(make_norm: NormFactory) -> NormFactory:  # noqa: N802
+    """Wrap a norm factory so that the built norm has neither ``γ`` nor ``β``."""
+    return _stripped(make_norm, "Unaffine", drop_weight=True)
+
+
+NORM_LAYERS: dict[str, NormFactory] = {
+    "bnu": NoBias(BatchNormUncentered2d),
+    "bn": NoBias(BatchNorm2d),
+    "anu": NoBias(AllNormUncentered2d),
+    "an": NoBias(AllNorm2d),
+    "lnu": NoBias(GNLayerNormUncentered2d),
+    "ln": NoBias(GNLayerNorm2d),
+    "inu": NoBias(GNInstanceNormUncentered2d),
+    "in": NoBias(GNInstanceNorm2d),
+    "pnu": NoBias(PositionNormUncentered2d),
+    "pn": NoBias(PositionNorm2d),
+    "none": lambda num_features: nn.Identity(),
+}
+"""Bias-free norms by short name (``u`` = uncentred). The release CNNs use ``"bnu"``."""
+
+
+def get_norm_layer(norm: str | NormFactory) -> NormFactory:
+    """Resolve a norm given by short name (see :data:`NORM_LAYERS`) or pass a factory through."""
+    if callable(norm):
+        return norm
+    try:
+        return NORM_LAYERS[norm]
+    except KeyError:
+        raise ValueError(f"unknown norm layer {norm!r}; valid names: {sorted(NORM_LAYERS)}") from None

@@ -1,0 +1,40 @@
+"""The ``rightreasons`` command line: one sub-command per module listed in :data:`COMMANDS`.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and sets ``func`` (called with the parsed
+arguments, returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["COMMANDS", "main"]
+
+COMMANDS = [
+    "rightreasons.cli.models",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every registered sub-command."""
+    parser = argparse.ArgumentParser(prog="rightreasons", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rightreasons`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, KeyError, FileNotFoundError, TypeError) as e:
+        print(f"rightreasons {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
