@@ -14,6 +14,9 @@ __all__ = ["COMMANDS", "main"]
 
 COMMANDS = [
     "rightreasons.cli.models",
+    "rightreasons.cli.data",
+    "rightreasons.cli.explain",
+    "rightreasons.cli.train",
 ]
 
 

@@ -16,9 +16,8 @@ from typing import Callable, Sequence
 from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
-from ..encoding import check_input_channels
-from ..layers import BcosConv2d, LogitLayer, default_logit_bias
 from ..norms import NormFactory, get_norm_layer
+from .base import BcosCNN
 
 __all__ = ["BasicBlock", "Bottleneck", "BcosResNet"]
 
@@ -74,7 +73,7 @@ class Bottleneck(BasicBlock):
         return self.bn3(self.conv3(self.bn2(self.conv2(self.bn1(self.conv1(x))))))
 
 
-class BcosResNet(nn.Module):
+class BcosResNet(BcosCNN):
     """B-cos ResNet: ``[N, in_chans, H, W] -> logits [N, num_classes]``.
 
     Args:
@@ -92,22 +91,18 @@ class BcosResNet(nn.Module):
         stochastic_depth_prob: maximum drop-path rate, increased linearly over the blocks.
     """
 
+    classifier_name = "fc"
+
     def __init__(self, block: type[BasicBlock], layers: Sequence[int], num_classes: int = 1000, in_chans: int = 6,
                  groups: int = 1, width_per_group: int = 64, inplanes: int = 64, small_inputs: bool = False,
                  norm_layer: str | NormFactory = "bnu", b: float = 2, max_out: int = 1,
                  logit_bias: float | None = None, logit_temperature: float | None = None,
                  stochastic_depth_prob: float = 0.0) -> None:
-        super().__init__()
         if len(layers) not in (3, 4):
             raise ValueError(f"BcosResNet needs 3 or 4 stages, got layers={list(layers)}")
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-        self.num_classes = num_classes
-        self.in_chans = in_chans
+        super().__init__(num_classes, in_chans, b, max_out, logit_bias, logit_temperature)
         norm = get_norm_layer(norm_layer)
-
-        def conv(*args, **kwargs) -> BcosConv2d:
-            return BcosConv2d(*args, b=b, max_out=max_out, **kwargs)
+        conv = self.conv
 
         if small_inputs:
             self.conv1 = conv(in_chans, inplanes, kernel_size=3, padding=1)
@@ -136,9 +131,6 @@ class BcosResNet(nn.Module):
 
         self.num_features = channels
         self.fc = conv(channels, num_classes, kernel_size=1)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.logit_layer = LogitLayer(default_logit_bias(num_classes) if logit_bias is None else logit_bias,
-                                      logit_temperature)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -150,24 +142,10 @@ class BcosResNet(nn.Module):
         names["final"] = "layer4" if self.layer4 is not None else "layer3"
         return names
 
-    def get_classifier(self) -> nn.Module:
-        """The classifier (a 1×1 B-cos conv applied before global pooling)."""
-        return self.fc
-
     def forward_features(self, x: Tensor) -> Tensor:
         """``[N, in_chans, H, W] -> [N, num_features, H/32, W/32]`` (H/4 for CIFAR nets)."""
-        check_input_channels(x, self.in_chans, type(self).__name__)
         x = self.bn1(self.conv1(x))
         if self.pool is not None:
             x = self.pool(x)
         x = self.layer3(self.layer2(self.layer1(x)))
         return x if self.layer4 is None else self.layer4(x)
-
-    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
-        """Features ``[N, C, h, w]`` → logits ``[N, num_classes]`` (or pooled features with ``pre_logits``)."""
-        if pre_logits:
-            return self.avgpool(x).flatten(1)
-        return self.logit_layer(self.avgpool(self.fc(x)).flatten(1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.forward_head(self.forward_features(x))

@@ -1,0 +1,69 @@
+"""Datasets with class labels and boxes for guidance and distillation, in one sample format.
+
+``load_dataset(name, root, split, **options)`` builds any of :data:`DATASETS`; every sample is a dict described in
+:mod:`rightreasons.data.sample` and batches come from :func:`collate`. Box-aware augmentation presets live in
+:mod:`rightreasons.data.transforms`; box → mask rasterisation, dilation and validation in
+:mod:`rightreasons.data.boxes`. Problems with files raise :class:`DataError` naming the file, record and problem.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from functools import partial
+
+from .annotations import annotated_count, select_annotated
+from .base import AnnotatedDataset, Records
+from .boxes import BOX_POLICIES, boxes_to_masks, check_boxes, class_masks, complement_boxes, dilate_boxes
+from .coco import COCO2014
+from .errors import BoxWarning, DataError
+from .sample import collate, make_sample
+from .synthetic import SyntheticConfig, generate, load_synthetic, write_synthetic
+from .transforms import (ENCODINGS, AttachExplanations, ExplanationMap, SanitizeBoxes, base_view, encode, eval_transform,
+                         train_transform)
+from .voc import VOC_CLASSES, VOC2007
+from .waterbirds import GROUP_NAMES, Waterbirds100
+
+__all__ = ["BOX_POLICIES", "COMMON_OPTIONS", "DATASETS", "ENCODINGS", "GROUP_NAMES", "VOC_CLASSES", "AnnotatedDataset",
+           "AttachExplanations", "BoxWarning", "COCO2014", "DataError", "ExplanationMap", "Records", "SanitizeBoxes",
+           "SyntheticConfig", "VOC2007", "Waterbirds100", "annotated_count", "base_view", "boxes_to_masks",
+           "check_boxes", "class_masks", "collate", "complement_boxes", "dilate_boxes", "encode", "eval_transform",
+           "generate", "load_dataset", "load_synthetic", "make_sample", "select_annotated", "train_transform",
+           "write_synthetic"]
+
+
+#: name → builder ``(root, split, **options)``; ``root`` may be None for the synthetic datasets (generated in memory).
+DATASETS: dict[str, Callable[..., AnnotatedDataset]] = {
+    "voc2007": VOC2007,
+    "coco2014": COCO2014,
+    "waterbirds100": Waterbirds100,
+    "synthetic-birds": partial(load_synthetic, "synthetic-birds"),
+    "synthetic-multilabel": partial(load_synthetic, "synthetic-multilabel"),
+}
+
+_BASE_PARAMETERS = inspect.signature(AnnotatedDataset.__init__).parameters
+#: options every dataset accepts
+COMMON_OPTIONS = tuple(p for p, v in _BASE_PARAMETERS.items()
+                       if v.kind is v.KEYWORD_ONLY and p not in ("name", "split", "image_root"))
+
+
+def load_dataset(name: str, root: str | os.PathLike | None, split: str, **options) -> AnnotatedDataset:
+    """Build dataset ``name`` (one of :data:`DATASETS`) from ``root`` for ``split``.
+
+    ``options``: the common ones (``transform``, ``annotated_fraction``, ``annotation_seed``, ``box_dilation``,
+    ``box_policy``) and those of the dataset (e.g. ``use_difficult`` for VOC, ``crowd`` for COCO, ``task`` for
+    Waterbirds, ``n``/``size``/``correlation``/``difficulty``/``seed`` for the synthetic ones). Unknown names or
+    options are errors that list the valid ones.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    builder = DATASETS[name]
+    own = [p for p in inspect.signature(builder).parameters if p not in ("root", "split", "options")]
+    valid = own + [p for p in COMMON_OPTIONS if p not in own]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for dataset {name!r}; valid: {', '.join(valid)}")
+    if root is None and not name.startswith("synthetic-"):
+        raise ValueError(f"dataset {name!r} needs a root directory")
+    return builder(root, split, **options)

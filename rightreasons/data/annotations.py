@@ -1,0 +1,26 @@
+"""Limited annotations: which training images keep their boxes (SCIENCE.md §6: 1 %, 10 % of the training set)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["annotated_count", "select_annotated"]
+
+
+def annotated_count(n: int, fraction: float) -> int:
+    """Number of annotated images: ``round(fraction · n)`` (halves up), at least 1 when ``fraction > 0``."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"annotated_fraction must be in [0, 1], got {fraction}")
+    if fraction == 0.0 or n == 0:
+        return 0
+    return max(1, min(n, math.floor(fraction * n + 0.5)))
+
+
+def select_annotated(n: int, fraction: float, seed: int) -> np.ndarray:
+    """Bool ``[n]``: exactly :func:`annotated_count` images chosen uniformly at random, a function of ``seed`` only."""
+    chosen = np.zeros(n, dtype=bool)
+    order = np.random.Generator(np.random.PCG64(seed)).permutation(n)
+    chosen[order[:annotated_count(n, fraction)]] = True
+    return chosen

@@ -1,0 +1,203 @@
+"""The common dataset machinery: a compact record table and the map-style dataset every loader builds on.
+
+Loaders (VOC, COCO, Waterbirds, the synthetic benchmark) only parse their annotation files into :class:`Records`;
+images are decoded lazily in ``__getitem__``. Records live in a few numpy arrays (no per-image Python objects), so
+memory does not grow with the number of DataLoader workers (no copy-on-read of reference counts after ``fork``).
+
+Errors: anything that goes wrong while reading sample ``i`` is raised as :class:`DataError` naming the file and the
+record; ``DataLoader`` re-raises it in the main process with the same type and message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from .annotations import select_annotated
+from .boxes import BOX_POLICIES, check_boxes, dilate_boxes
+from .errors import DataError, where
+from .io import read_image, read_mask
+from .sample import make_sample
+
+__all__ = ["AnnotatedDataset", "Records"]
+
+
+@dataclass(frozen=True)
+class Records:
+    """Annotations of N images with M boxes in total.
+
+    ``ids [N]`` str, ``files [N]`` str (image paths relative to the dataset's image root), ``labels [N, K]`` bool,
+    ``box_offsets [N + 1]`` (boxes of image i are rows ``box_offsets[i]:box_offsets[i + 1]``), ``boxes [M, 4]``
+    float32 XYXY pixels, ``box_labels [M]`` int64, optional ``groups [N]`` int64 and ``mask_files [N]`` str
+    (``""`` where an image has no segmentation).
+    """
+
+    ids: np.ndarray
+    files: np.ndarray
+    labels: np.ndarray
+    box_offsets: np.ndarray
+    boxes: np.ndarray
+    box_labels: np.ndarray
+    groups: np.ndarray | None = None
+    mask_files: np.ndarray | None = None
+
+    @classmethod
+    def build(cls, ids: Sequence[str], files: Sequence[str], labels: np.ndarray, boxes: Sequence[np.ndarray],
+              box_labels: Sequence[np.ndarray], groups: Sequence[int] | None = None,
+              mask_files: Sequence[str] | None = None) -> Records:
+        """From per-image lists: ``boxes[i] [B_i, 4]`` and ``box_labels[i] [B_i]``."""
+        counts = np.array([len(b) for b in boxes], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        flat_boxes = np.concatenate([np.asarray(b, np.float32).reshape(-1, 4) for b in boxes]) if len(boxes) \
+            else np.zeros((0, 4), np.float32)
+        flat_labels = np.concatenate([np.asarray(b, np.int64).reshape(-1) for b in box_labels]) if len(boxes) \
+            else np.zeros(0, np.int64)
+        records = cls(ids=np.array(ids, dtype=str), files=np.array(files, dtype=str),
+                      labels=np.asarray(labels, dtype=bool), box_offsets=offsets, boxes=flat_boxes,
+                      box_labels=flat_labels,
+                      groups=None if groups is None else np.asarray(groups, dtype=np.int64),
+                      mask_files=None if mask_files is None else np.array(mask_files, dtype=str))
+        unique, counts = np.unique(records.ids, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"record ids must be unique; {unique[counts > 1][0]!r} occurs {counts.max()} times")
+        return records
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def boxes_of(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``boxes [B, 4]`` and ``box_labels [B]`` of image i."""
+        lo, hi = self.box_offsets[i], self.box_offsets[i + 1]
+        return self.boxes[lo:hi], self.box_labels[lo:hi]
+
+
+class AnnotatedDataset(Dataset):
+    """Map-style dataset of samples in the common format (:mod:`rightreasons.data.sample`).
+
+    Options shared by every dataset:
+
+    * ``transform``: a callable on the sample dict (e.g. :func:`rightreasons.data.train_transform`).
+    * ``annotated_fraction`` / ``annotation_seed``: keep boxes on exactly that fraction of the images, chosen by the
+      seed (limited annotations, SCIENCE.md §6); the others get ``has_boxes=False`` and no boxes.
+    * ``box_dilation``: coarse boxes — every side moves out by this fraction of the box size, clipped to the image.
+    * ``box_policy``: ``"error"``, ``"clip"`` or ``"drop"`` for invalid boxes (see :data:`BOX_POLICIES`).
+    """
+
+    def __init__(self, records: Records, classes: Sequence[str], *, name: str, split: str,
+                 image_root: str | os.PathLike | None = None, transform: Callable[[dict], dict] | None = None,
+                 annotated_fraction: float = 1.0, annotation_seed: int = 0, box_dilation: float = 0.0,
+                 box_policy: str = "clip") -> None:
+        if box_policy not in BOX_POLICIES:
+            raise ValueError(f"unknown box_policy {box_policy!r}; expected one of {', '.join(BOX_POLICIES)}")
+        if box_dilation < 0:
+            raise ValueError(f"box_dilation must be >= 0, got {box_dilation}")
+        if records.labels.shape[1:] != (len(classes),):
+            raise ValueError(f"labels of shape {records.labels.shape} do not match {len(classes)} classes")
+        self.records = records
+        self.classes = tuple(classes)
+        self.name = name
+        self.split = split
+        self.image_root = None if image_root is None else Path(image_root)
+        self.transform = transform
+        self.box_policy = box_policy
+        self.box_dilation = float(box_dilation)
+        self.annotated = select_annotated(len(records), annotated_fraction, annotation_seed)
+
+    # ---- metadata ---------------------------------------------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def ids(self) -> list[str]:
+        return self.records.ids.tolist()
+
+    @property
+    def labels(self) -> Tensor:
+        """``[N, K]`` float multi-hot labels of all images (without decoding any image)."""
+        return torch.from_numpy(self.records.labels.astype(np.float32))
+
+    @property
+    def groups(self) -> Tensor | None:
+        """``[N]`` long group index per image, or None for datasets without groups."""
+        return None if self.records.groups is None else torch.from_numpy(self.records.groups.copy())
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(name={self.name!r}, split={self.split!r}, n={len(self)}, "
+                f"classes={self.num_classes}, annotated={int(self.annotated.sum())})")
+
+    # ---- loading ----------------------------------------------------------------------------------------------
+    def source(self, index: int) -> str:
+        """The file that sample ``index`` is read from (used in error messages)."""
+        if self.image_root is None:
+            return f"{self.name}[{self.split}]"
+        return str(self.image_root / self.records.files[index])
+
+    def load_image(self, index: int) -> Tensor:
+        """uint8 or float ``[3, H, W]`` image of sample ``index``."""
+        return read_image(self.source(index))
+
+    def load_mask(self, index: int) -> Tensor | None:
+        """uint8 ``[H, W]`` segmentation of sample ``index`` or None."""
+        if self.records.mask_files is None or not self.records.mask_files[index]:
+            return None
+        return read_mask(self.image_root / self.records.mask_files[index])
+
+    def guidance_boxes(self, index: int, boxes: np.ndarray, box_labels: np.ndarray,
+                       canvas_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """Hook turning the annotated boxes into the boxes whose union is the guidance mask (identity here; the
+        reversed Waterbirds task uses the complement of the bird box)."""
+        return boxes, box_labels
+
+    def load(self, index: int) -> dict[str, Any]:
+        """Sample ``index`` before the transform."""
+        record = f"record {index} (id {self.records.ids[index]})"
+        image = self.load_image(index)
+        h, w = image.shape[-2:]
+        boxes, box_labels = self.records.boxes_of(index)
+        boxes, box_labels = check_boxes(boxes, box_labels, (h, w), self.box_policy,
+                                        where(self.source(index), record))
+        boxes, box_labels = self.guidance_boxes(index, boxes, box_labels, (h, w))
+        if not self.annotated[index]:
+            boxes, box_labels = boxes[:0], box_labels[:0]
+        boxes = torch.from_numpy(np.ascontiguousarray(boxes, dtype=np.float32))
+        if self.box_dilation:
+            boxes = dilate_boxes(boxes, self.box_dilation, (h, w))
+        mask = self.load_mask(index)
+        if mask is not None and tuple(mask.shape) != (h, w):
+            raise DataError(f"{where(self.source(index), record)}: segmentation mask of size {tuple(mask.shape)} "
+                            f"does not match the image size {(h, w)}")
+        group = None if self.records.groups is None else int(self.records.groups[index])
+        return make_sample(image, torch.from_numpy(self.records.labels[index].astype(np.float32)), boxes,
+                           torch.from_numpy(np.asarray(box_labels, dtype=np.int64)),
+                           has_boxes=bool(self.annotated[index]), id=str(self.records.ids[index]), mask=mask,
+                           group=group)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} out of range for {self!r}")
+        index = index % len(self)
+        record = f"record {index} (id {self.records.ids[index]})"
+        try:
+            sample = self.load(index)
+        except DataError:
+            raise
+        except Exception as e:  # give worker errors a file and a record; DataLoader re-raises DataError as is
+            raise DataError(f"{where(self.source(index), record)}: {type(e).__name__}: {e}") from e
+        if self.transform is None:
+            return sample
+        try:
+            return self.transform(sample)
+        except Exception as e:
+            raise DataError(f"{where(self.source(index), record)}: transform failed: {type(e).__name__}: {e}") from e

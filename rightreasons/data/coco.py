@@ -1,0 +1,128 @@
+"""MS COCO 2014 multi-label classification with boxes, read through pycocotools.
+
+``root`` holds the official files::
+
+    annotations/instances_train2014.json     train2014/COCO_train2014_<id:012d>.jpg
+    annotations/instances_val2014.json       val2014/COCO_val2014_<id:012d>.jpg
+
+(``annotation_file=`` / ``image_dir=`` point elsewhere, e.g. to a train/val partition of train2014 as used by the
+Model-Guidance release, which tested on val2014.)
+
+* The 80 category ids (1…90 with gaps) map to contiguous class indices 0…79 in increasing id order.
+* Boxes ``[x, y, w, h]`` become XYXY. Crowd annotations (``iscrowd=1``) follow ``crowd=``: ``"label"`` (default) —
+  the class counts for the image label but the region gives no box, so it is excluded from guidance masks;
+  ``"ignore"`` — dropped entirely; ``"box"`` — used like any other box (the reference release's behaviour).
+* Images without any (kept) annotation are excluded unless ``include_unannotated=True``.
+* ``box_policy`` defaults to ``"drop"``: the official files hold a few degenerate boxes.
+* Only annotations are indexed (into numpy arrays; the parsed JSON is released); images are decoded on access.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from pycocotools.coco import COCO
+
+from .base import AnnotatedDataset, Records
+from .boxes import check_boxes
+from .errors import DataError
+from .io import require_dir, require_file
+
+__all__ = ["COCO2014", "COCO_SPLITS", "CROWD_POLICIES", "load_coco"]
+
+CROWD_POLICIES = ("label", "ignore", "box")
+COCO_SPLITS = ("train", "val")
+
+
+def load_coco(path: Path) -> COCO:
+    """Parse an instances JSON into a pycocotools index (quietly), with errors that name the file."""
+    try:
+        with path.open() as f:
+            dataset = json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: malformed JSON: {e}") from e
+    if not isinstance(dataset, dict):
+        raise DataError(f"{path}: expected a JSON object with 'images', 'annotations', 'categories'")
+    missing = [k for k in ("images", "annotations", "categories") if k not in dataset]
+    if missing:
+        raise DataError(f"{path}: missing top-level key(s) {', '.join(missing)}")
+    coco = COCO()
+    coco.dataset = dataset
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco.createIndex()
+    except (KeyError, TypeError) as e:
+        raise DataError(f"{path}: malformed COCO record (missing or invalid key {e})") from e
+    return coco
+
+
+def _field(record: dict, key: str, path: Path, what: str):
+    if not isinstance(record, dict) or key not in record:
+        raise DataError(f"{path}: {what}: missing key '{key}'")
+    return record[key]
+
+
+class COCO2014(AnnotatedDataset):
+    """MS COCO 2014 (80 classes). See the module docstring for ``crowd``, ``include_unannotated`` and layouts."""
+
+    def __init__(self, root: str | os.PathLike, split: str = "train", *, crowd: str = "label",
+                 include_unannotated: bool = False, annotation_file: str | os.PathLike | None = None,
+                 image_dir: str | os.PathLike | None = None, box_policy: str = "drop", **options) -> None:
+        if split not in COCO_SPLITS and (annotation_file is None or image_dir is None):
+            raise ValueError(f"unknown COCO split {split!r}; expected one of {', '.join(COCO_SPLITS)} "
+                             "(or give annotation_file= and image_dir=)")
+        if crowd not in CROWD_POLICIES:
+            raise ValueError(f"unknown crowd policy {crowd!r}; expected one of {', '.join(CROWD_POLICIES)}")
+        root = require_dir(root, "COCO 2014")
+        ann_path = require_file(annotation_file or root / "annotations" / f"instances_{split}2014.json",
+                                "COCO annotation file")
+        image_root = require_dir(image_dir or root / f"{split}2014", "COCO image")
+        coco = load_coco(ann_path)
+        cat_ids = sorted(coco.getCatIds())
+        contiguous = {cid: i for i, cid in enumerate(cat_ids)}
+        classes = [str(_field(coco.cats[c], "name", ann_path, f"category {c}")) for c in cat_ids]
+        ids, files, labels, boxes, box_labels = [], [], [], [], []
+        for img_id in sorted(coco.getImgIds()):
+            img = coco.imgs[img_id]
+            what = f"image {img_id}"
+            file_name = str(_field(img, "file_name", ann_path, what))
+            canvas = (int(_field(img, "height", ann_path, what)), int(_field(img, "width", ann_path, what)))
+            label = np.zeros(len(cat_ids), dtype=bool)
+            b, bl, names = [], [], []
+            for ann in coco.imgToAnns.get(img_id, []):
+                ann_what = f"annotation {ann.get('id')} of image {img_id}"
+                cat = _field(ann, "category_id", ann_path, ann_what)
+                if cat not in contiguous:
+                    raise DataError(f"{ann_path}: {ann_what}: unknown category_id {cat!r}; the file defines "
+                                    f"{len(cat_ids)} categories with ids {cat_ids[:5]}...")
+                is_crowd = bool(ann.get("iscrowd", 0))
+                if is_crowd and crowd == "ignore":
+                    continue
+                label[contiguous[cat]] = True
+                if is_crowd and crowd == "label":
+                    continue
+                bbox = _field(ann, "bbox", ann_path, ann_what)
+                if not isinstance(bbox, list) or len(bbox) != 4:
+                    raise DataError(f"{ann_path}: {ann_what}: bbox {bbox!r} is not [x, y, w, h]")
+                x, y, w, h = (float(v) for v in bbox)
+                b.append([x, y, x + w, y + h])
+                bl.append(contiguous[cat])
+                names.append(ann_what)
+            if not label.any() and not include_unannotated:
+                continue
+            b_arr, bl_arr = check_boxes(np.array(b, np.float32).reshape(-1, 4), np.array(bl, np.int64), canvas,
+                                        box_policy, f"{ann_path}: {file_name}", names)
+            ids.append(str(img_id))
+            files.append(file_name)
+            labels.append(label)
+            boxes.append(b_arr)
+            box_labels.append(bl_arr)
+        del coco
+        records = Records.build(ids, files, np.array(labels, bool).reshape(-1, len(cat_ids)), boxes, box_labels)
+        super().__init__(records, classes, name="coco2014", split=split, image_root=image_root,
+                         box_policy=box_policy, **options)

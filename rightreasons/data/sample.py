@@ -1,0 +1,94 @@
+"""The one sample format shared by every dataset, and the collate function for it.
+
+A sample is a dict:
+
+* ``image``: ``tv_tensors.Image`` float ``[3, H, W]`` in [0, 1] (before the model's encoding; after a transform preset
+  it is ``[6, H, W]`` for B-cos models or normalised ``[3, H, W]``).
+* ``labels``: float ``[K]`` multi-hot class labels (binary tasks use K = 2 with one-hot labels).
+* ``boxes``: ``tv_tensors.BoundingBoxes`` ``[B, 4]`` in XYXY pixels of the image (empty when ``has_boxes`` is False).
+* ``box_labels``: long ``[B]`` class of every box.
+* ``has_boxes``: bool, False for images whose boxes are withheld (limited annotations); they still train the classifier.
+* ``mask`` (optional): ``tv_tensors.Mask`` uint8 ``[H, W]`` segmentation: 0 background, ``k + 1`` for class k,
+  255 void / ignore (VOC convention).
+* ``group`` (optional): int, the Waterbirds group (see :mod:`rightreasons.data.waterbirds`) or the context of
+  a synthetic multi-label image.
+* ``explanation`` (optional): :class:`rightreasons.data.transforms.ExplanationMap` float ``[C, H, W]``, a cached teacher
+  explanation attached by :class:`rightreasons.data.transforms.AttachExplanations`.
+* ``id``: str, unique within the dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchvision import tv_tensors
+
+__all__ = ["collate", "make_sample"]
+
+
+def make_sample(image: Tensor, labels: Tensor, boxes: Tensor, box_labels: Tensor, *, has_boxes: bool, id: str,
+                mask: Tensor | None = None, group: int | None = None) -> dict[str, Any]:
+    """Assemble a sample from plain tensors: ``image`` uint8 or float ``[3, H, W]``, ``labels [K]``, ``boxes [B, 4]``
+    XYXY, ``box_labels [B]``, optional ``mask [H, W]`` and ``group``."""
+    if not image.is_floating_point():
+        image = image.float() / 255.0
+    h, w = image.shape[-2:]
+    sample: dict[str, Any] = {
+        "image": tv_tensors.Image(image),
+        "labels": torch.as_tensor(labels, dtype=torch.float32),
+        "boxes": tv_tensors.BoundingBoxes(torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4), format="XYXY",
+                                          canvas_size=(h, w)),
+        "box_labels": torch.as_tensor(box_labels, dtype=torch.long).reshape(-1),
+        "has_boxes": bool(has_boxes),
+        "id": id,
+    }
+    if mask is not None:
+        sample["mask"] = tv_tensors.Mask(torch.as_tensor(mask, dtype=torch.uint8))
+    if group is not None:
+        sample["group"] = int(group)
+    return sample
+
+
+def _stack(samples: Sequence[dict[str, Any]], key: str) -> Tensor:
+    shapes = {tuple(s[key].shape) for s in samples}
+    if len(shapes) > 1:
+        ids = ", ".join(f"{s['id']}: {tuple(s[key].shape)}" for s in samples[:8])
+        raise ValueError(f"cannot batch '{key}' tensors of different shapes ({ids}); use a transform preset "
+                         "(rightreasons.data.train_transform / eval_transform) to bring images to one size")
+    return torch.stack([s[key].as_subclass(Tensor) for s in samples])
+
+
+def collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Batch samples: ``image [N, C, H, W]``, ``labels [N, K]``, ``has_boxes [N]`` bool, ``group [N]`` long and
+    ``explanation [N, C, H, W]`` are stacked; ``boxes`` (``BoundingBoxes``), ``box_labels`` and ``id`` stay lists of
+    length N (box counts vary); ``mask`` is stacked ``[N, H, W]`` when every sample has one, else a list with None
+    for the samples without (VOC has segmentations for few images)."""
+    if not samples:
+        raise ValueError("cannot collate an empty batch")
+    batch: dict[str, Any] = {
+        "image": _stack(samples, "image"),
+        "labels": _stack(samples, "labels"),
+        "boxes": [s["boxes"] for s in samples],
+        "box_labels": [s["box_labels"] for s in samples],
+        "has_boxes": torch.tensor([bool(s["has_boxes"]) for s in samples]),
+        "id": [s["id"] for s in samples],
+    }
+    for key in ("group", "explanation", "mask"):
+        present = [key in s for s in samples]
+        if not any(present):
+            continue
+        if key == "group":
+            if not all(present):
+                raise ValueError("some samples of the batch have a 'group' and others do not")
+            batch[key] = torch.tensor([int(s[key]) for s in samples], dtype=torch.long)
+        elif all(present):
+            batch[key] = _stack(samples, key)
+        elif key == "mask":
+            batch[key] = [s.get(key) for s in samples]
+        else:
+            missing = [s["id"] for s in samples if key not in s]
+            raise ValueError(f"samples {missing[:8]} have no '{key}' while others of the batch do")
+    return batch

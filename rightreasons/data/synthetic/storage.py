@@ -1,0 +1,164 @@
+"""The synthetic benchmark on disk and in memory.
+
+On-disk format (:func:`write_synthetic`, ``rightreasons data synth --out DIR``; read by :func:`load_synthetic`
+through the same file-loading path as the real datasets)::
+
+    DIR/index.json
+    DIR/<split>/images/<k:06d>.png     RGB, uint8
+    DIR/<split>/masks/<k:06d>.png      greyscale, 0 background, class + 1 on object pixels
+
+``index.json`` = ``{"format": "rightreasons-synthetic", "version": 1, "name": "synthetic-birds", "classes": [...],
+"config": {size, correlation, difficulty, seed, max_objects, sizes}, "splits": {"train": [record, ...], ...}}`` with
+``record = {"id": "train-000000", "image": "train/images/000000.png", "mask": "train/masks/000000.png",
+"labels": [class, ...], "boxes": [[x1, y1, x2, y2], ...], "box_labels": [class, ...], "group": g}``
+(boxes XYXY in pixels; ``group`` the Waterbirds group or the multi-label context). ``index.json`` is written last
+and atomically, so a directory with an index is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from torch import Tensor
+
+from ..base import AnnotatedDataset, Records
+from ..errors import DataError
+from ..io import require_file
+from .generate import SPLITS, SyntheticConfig, SyntheticData, generate
+
+__all__ = ["FORMAT", "NAMES", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
+
+FORMAT, VERSION = "rightreasons-synthetic", 1
+#: dataset name → generation task
+NAMES = {"synthetic-birds": "birds", "synthetic-multilabel": "multilabel"}
+
+
+class SyntheticDataset(AnnotatedDataset):
+    """A generated split served from memory (images are kept as one uint8 tensor)."""
+
+    def __init__(self, name: str, split: str, data: SyntheticData, **options) -> None:
+        self.images, self.masks = data.images, data.masks
+        super().__init__(data.records, data.classes, name=name, split=split, **options)
+
+    def source(self, index: int) -> str:
+        return f"{self.name}[{self.split}] image {index}"
+
+    def load_image(self, index: int) -> Tensor:
+        return self.images[index]
+
+    def load_mask(self, index: int) -> Tensor:
+        return self.masks[index]
+
+
+def _task_of(name: str) -> str:
+    if name not in NAMES:
+        raise ValueError(f"unknown synthetic dataset {name!r}; expected one of {', '.join(NAMES)}")
+    return NAMES[name]
+
+
+def write_synthetic(out: str | os.PathLike, name: str, config: SyntheticConfig | None = None,
+                    splits: Sequence[str] = SPLITS) -> Path:
+    """Generate ``splits`` of dataset ``name`` and write them in the on-disk format; returns ``out/index.json``."""
+    config = config or SyntheticConfig()
+    task = _task_of(name)
+    out = Path(out)
+    index: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": name, "classes": None,
+                             "config": {**asdict(config), "correlation": config.correlation_for(task)},
+                             "splits": {}}
+    for split in splits:
+        data = generate(task, split, config=config)
+        index["classes"] = list(data.classes)
+        (out / split / "images").mkdir(parents=True, exist_ok=True)
+        (out / split / "masks").mkdir(parents=True, exist_ok=True)
+        entries = []
+        for i in range(len(data.records)):
+            image_file, mask_file = f"{split}/images/{i:06d}.png", f"{split}/masks/{i:06d}.png"
+            Image.fromarray(data.images[i].permute(1, 2, 0).numpy()).save(out / image_file)
+            Image.fromarray(data.masks[i].numpy(), mode="L").save(out / mask_file)
+            boxes, box_labels = data.records.boxes_of(i)
+            entry = {"id": str(data.records.ids[i]), "image": image_file, "mask": mask_file,
+                     "labels": np.flatnonzero(data.records.labels[i]).tolist(), "boxes": boxes.tolist(),
+                     "box_labels": box_labels.tolist()}
+            if data.records.groups is not None:
+                entry["group"] = int(data.records.groups[i])
+            entries.append(entry)
+        index["splits"][split] = entries
+    path = out / "index.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(index))
+    tmp.replace(path)
+    return path
+
+
+def _records_from_index(path: Path, index: dict[str, Any], split: str, num_classes: int) -> Records:
+    entries = index["splits"].get(split)
+    if entries is None:
+        raise DataError(f"{path}: no split {split!r}; the file has {', '.join(index['splits']) or 'none'}")
+    ids, files, masks, labels, boxes, box_labels, groups = [], [], [], [], [], [], []
+    for k, entry in enumerate(entries):
+        record = f"splits.{split}[{k}]"
+        try:
+            lab = np.zeros(num_classes, dtype=bool)
+            lab[np.asarray(entry["labels"], dtype=np.int64)] = True
+            b = np.asarray(entry["boxes"], dtype=np.float32).reshape(-1, 4)
+            bl = np.asarray(entry["box_labels"], dtype=np.int64).reshape(-1)
+            if len(b) != len(bl) or (bl < 0).any() or (bl >= num_classes).any():
+                raise ValueError(f"{len(b)} boxes with box_labels {bl.tolist()} for {num_classes} classes")
+            ids.append(str(entry["id"]))
+            files.append(str(entry["image"]))
+            masks.append(str(entry.get("mask", "")))
+            groups.append(int(entry.get("group", -1)))
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise DataError(f"{path}: {record}: malformed record ({type(e).__name__}: {e})") from e
+        labels.append(lab)
+        boxes.append(b)
+        box_labels.append(bl)
+    has_groups = any(g >= 0 for g in groups)
+    return Records.build(ids, files, np.array(labels, bool).reshape(-1, num_classes), boxes, box_labels,
+                         groups=groups if has_groups else None, mask_files=masks)
+
+
+def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "train", *, n: int | None = None,
+                   size: int | None = None, correlation: float | None = None, difficulty: float | None = None,
+                   seed: int | None = None, max_objects: int | None = None, **options) -> AnnotatedDataset:
+    """Dataset ``name`` (``synthetic-birds`` / ``synthetic-multilabel``), split ``split``.
+
+    ``root=None``: generated in memory with the given parameters (unset ones take :class:`SyntheticConfig`'s
+    defaults; ``n`` images, default per split :data:`~rightreasons.data.synthetic.generate.DEFAULT_SIZES`). ``root`` a directory written by
+    :func:`write_synthetic` (``root/index.json`` or ``root/<name>/index.json``): read from disk through the
+    file-loading path; the generation parameters are then those stored in the index and may not be given.
+    ``options`` go to :class:`AnnotatedDataset`.
+    """
+    task = _task_of(name)
+    generation = {k: v for k, v in (("size", size), ("correlation", correlation), ("difficulty", difficulty),
+                                    ("seed", seed), ("max_objects", max_objects)) if v is not None}
+    if root is None:
+        return SyntheticDataset(name, split, generate(task, split, n, SyntheticConfig(**generation)), **options)
+    if generation or n is not None:
+        given = sorted(generation) + (["n"] if n is not None else [])
+        raise ValueError(f"generation parameters {given} cannot be set when reading {name} from {root}; "
+                         "they are fixed by its index.json")
+    root = Path(root)
+    if not (root / "index.json").is_file() and (root / name / "index.json").is_file():
+        root = root / name
+    path = require_file(root / "index.json", f"{name} index (write one with `rightreasons data synth --out DIR`)")
+    try:
+        index = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: malformed JSON: {e}") from e
+    if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION:
+        raise DataError(f"{path}: not a {FORMAT} index of version {VERSION}")
+    if index.get("name") != name:
+        raise DataError(f"{path}: holds {index.get('name')!r}, not {name!r}")
+    classes = index.get("classes")
+    if not isinstance(classes, list) or not isinstance(index.get("splits"), dict):
+        raise DataError(f"{path}: missing 'classes' list or 'splits' object")
+    records = _records_from_index(path, index, split, len(classes))
+    return AnnotatedDataset(records, classes, name=name, split=split, image_root=root, **options)

@@ -1,0 +1,138 @@
+"""PASCAL VOC 2007 from the standard VOCdevkit layout.
+
+``root`` is ``VOCdevkit/VOC2007`` (or ``VOCdevkit``, which must then contain ``VOC2007``)::
+
+    JPEGImages/<id>.jpg
+    Annotations/<id>.xml
+    ImageSets/Main/{train,val,trainval,test}.txt
+    SegmentationClass/<id>.png        (optional; 422 images, used by the on-object metric)
+
+Boxes: VOC's ``bndbox`` holds 1-based inclusive pixel indices; they become XYXY ``(xmin − 1, ymin − 1, xmax, ymax)``
+so that the box rasterises to exactly the annotated pixels (:mod:`rightreasons.data.boxes`). ``difficult`` objects
+are kept by default (``use_difficult=False`` drops them, and their class counts for the image label only through
+non-difficult objects). Segmentation masks keep VOC's values: 0 background, k + 1 for class k, 255 void.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+
+from .base import AnnotatedDataset, Records
+from .boxes import check_boxes
+from .errors import DataError
+from .io import require_dir, require_file
+
+__all__ = ["VOC_CLASSES", "VOC2007", "parse_voc_xml", "voc_root"]
+
+VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
+               "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
+VOC_SPLITS = ("train", "val", "trainval", "test")
+
+
+def voc_root(root: str | os.PathLike) -> Path:
+    """The ``VOC2007`` directory: ``root`` itself or ``root/VOC2007``."""
+    root = Path(root)
+    if (root / "VOC2007").is_dir() and not (root / "Annotations").is_dir():
+        root = root / "VOC2007"
+    return require_dir(root, "VOC 2007 (expected VOCdevkit/VOC2007 with JPEGImages/, Annotations/, ImageSets/Main/)")
+
+
+def _text(node: ET.Element, tag: str, path: Path, record: str) -> str:
+    child = node.find(tag)
+    if child is None or child.text is None or not child.text.strip():
+        raise DataError(f"{path}: {record}: missing <{tag}>")
+    return child.text.strip()
+
+
+def _number(node: ET.Element, tag: str, path: Path, record: str) -> float:
+    value = _text(node, tag, path, record)
+    try:
+        return float(value)
+    except ValueError:
+        raise DataError(f"{path}: {record}: <{tag}> is {value!r}, expected a number") from None
+
+
+def parse_voc_xml(path: Path, *, use_difficult: bool = True, box_policy: str = "clip"
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parse one annotation file into ``boxes [B, 4]`` XYXY (checked against the recorded image size),
+    ``box_labels [B]`` and the bool ``labels [20]`` of the image."""
+    try:
+        tree = ET.parse(path)
+    except ET.ParseError as e:
+        raise DataError(f"{path}: malformed XML: {e}") from e
+    ann = tree.getroot()
+    size = ann.find("size")
+    if size is None:
+        raise DataError(f"{path}: annotation: missing <size>")
+    canvas = (int(_number(size, "height", path, "size")), int(_number(size, "width", path, "size")))
+    boxes, box_labels, names = [], [], []
+    for i, obj in enumerate(ann.findall("object")):
+        record = f"object {i}"
+        name = _text(obj, "name", path, record)
+        if name not in VOC_CLASSES:
+            raise DataError(f"{path}: {record}: unknown class name {name!r}; expected one of {', '.join(VOC_CLASSES)}")
+        difficult = obj.find("difficult")
+        if not use_difficult and difficult is not None and (difficult.text or "0").strip() == "1":
+            continue
+        bnd = obj.find("bndbox")
+        if bnd is None:
+            raise DataError(f"{path}: {record} ({name}): missing <bndbox>")
+        xmin, ymin, xmax, ymax = (_number(bnd, t, path, f"{record} ({name})") for t in ("xmin", "ymin", "xmax", "ymax"))
+        boxes.append([xmin - 1, ymin - 1, xmax, ymax])
+        box_labels.append(VOC_CLASSES.index(name))
+        names.append(f"{record} ({name})")
+    boxes_arr, labels_arr = check_boxes(np.array(boxes, np.float32).reshape(-1, 4), np.array(box_labels, np.int64),
+                                        canvas, box_policy, str(path), names)
+    labels = np.zeros(len(VOC_CLASSES), dtype=bool)
+    labels[labels_arr] = True
+    return boxes_arr, labels_arr, labels
+
+
+def _read_split(root: Path, split: str) -> list[str]:
+    if split not in VOC_SPLITS:
+        raise ValueError(f"unknown VOC split {split!r}; expected one of {', '.join(VOC_SPLITS)}")
+    path = require_file(root / "ImageSets" / "Main" / f"{split}.txt", f"VOC image set '{split}'")
+    ids = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    bad = [i for i in ids if len(i.split()) != 1]
+    if bad:
+        raise DataError(f"{path}: line {ids.index(bad[0]) + 1}: {bad[0]!r} is not a single image id")
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise DataError(f"{path}: image id {dup!r} is listed twice")
+    return ids
+
+
+class VOC2007(AnnotatedDataset):
+    """PASCAL VOC 2007 multi-label classification with boxes (20 classes, :data:`VOC_CLASSES`).
+
+    Options beyond :class:`AnnotatedDataset`'s: ``use_difficult`` (default True), ``segmentation_only`` (only the
+    images with a ``SegmentationClass`` mask, for the on-object metric).
+    """
+
+    def __init__(self, root: str | os.PathLike, split: str = "trainval", *, use_difficult: bool = True,
+                 segmentation_only: bool = False, box_policy: str = "clip", **options) -> None:
+        root = voc_root(root)
+        ann_dir = require_dir(root / "Annotations", "VOC Annotations")
+        require_dir(root / "JPEGImages", "VOC JPEGImages")
+        seg_dir = root / "SegmentationClass"
+        ids, files, labels, boxes, box_labels, masks = [], [], [], [], [], []
+        for image_id in _read_split(root, split):
+            mask = f"SegmentationClass/{image_id}.png" if (seg_dir / f"{image_id}.png").is_file() else ""
+            if segmentation_only and not mask:
+                continue
+            xml = require_file(ann_dir / f"{image_id}.xml", f"annotation of image {image_id!r}")
+            b, bl, lab = parse_voc_xml(xml, use_difficult=use_difficult, box_policy=box_policy)
+            ids.append(image_id)
+            files.append(f"JPEGImages/{image_id}.jpg")
+            labels.append(lab)
+            boxes.append(b)
+            box_labels.append(bl)
+            masks.append(mask)
+        records = Records.build(ids, files, np.array(labels, bool).reshape(-1, len(VOC_CLASSES)), boxes, box_labels,
+                                mask_files=masks)
+        super().__init__(records, VOC_CLASSES, name="voc2007", split=split, image_root=root, box_policy=box_policy,
+                         **options)

@@ -1,0 +1,138 @@
+"""Localisation losses of model guidance: Energy, L1, PPCE, RRR* (thesis §7.1.4, eqs. 7.3–7.6; ``SCIENCE.md`` §6).
+
+Every loss takes attribution maps ``[N, H, W]`` (one class per sample, at input resolution, signed as an attribution
+method returns them) and binary masks ``[N, H, W]`` (the union of that class's boxes) and owns its preprocessing:
+
+* ``A⁺ = max(A, 0)``, ``Â⁺ = A⁺ / max A⁺`` (0 where ``max A⁺ = 0``), ``Â = A / max|A|`` (0 where ``max|A| = 0``);
+* ``energy``: ``1 − Σ M·A⁺ / Σ A⁺`` (= 1 − EPG; when ``Σ A⁺ < 1e-7`` it falls back to ``1 − Σ M·A⁺`` as the
+  Model-Guidance code does);
+* ``l1``: ``(1/HW) Σ |M − Â⁺|``;
+* ``ppce``: ``−(1/‖M‖₁) Σ M · log Â⁺`` with ``log`` floored at −100 (as ``torch.nn.BCELoss``, which the Model-Guidance
+  code uses) and 0 for an empty mask;
+* ``rrr``: ``Σ (1 − M) · Â²`` (RRR*, a sum over pixels, so its scale grows with H·W).
+
+All are finite, with finite gradients, for an empty mask, an all-zero or all-negative attribution and a full mask.
+The Model-Guidance code normalises and clamps at the layer's resolution before upsampling; here the maps arrive
+upsampled, so the normalisation uses the maximum of the upsampled map.
+
+Reduction over the batch: ``"mean_annotated"`` (default) averages over the annotated samples — those given by
+``annotated [N]`` (bool), or else those with a non-empty mask — and is 0 when none is annotated; ``"sum"`` sums over
+the annotated samples, as the Model-Guidance code does (which ties the useful λ to the batch size);
+``"none"`` returns the per-sample losses ``[N]`` of all samples.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+from torch import Tensor
+
+__all__ = ["LOSSES", "energy_loss", "get_loss", "l1_loss", "normalized", "normalized_positive", "ppce_loss",
+           "reduce_loss", "rrr_loss"]
+
+Reduction = Literal["mean_annotated", "sum", "none"]
+REDUCTIONS = ("mean_annotated", "sum", "none")
+ENERGY_EPS = 1e-7
+LOG_FLOOR = -100.0
+
+
+def _check(attributions: Tensor, masks: Tensor, name: str) -> Tensor:
+    """Validate shapes and return the masks as a float tensor of the attributions' dtype."""
+    if not attributions.is_floating_point():
+        raise TypeError(f"{name}: attributions must be a floating-point tensor, got dtype {attributions.dtype}")
+    if attributions.dim() != 3:
+        raise ValueError(f"{name}: attributions must have shape [N, H, W], got {tuple(attributions.shape)}")
+    if masks.shape != attributions.shape:
+        raise ValueError(f"{name}: masks must have the attributions' shape {tuple(attributions.shape)}, "
+                         f"got {tuple(masks.shape)}")
+    return masks.to(attributions.dtype)
+
+
+def _safe_divide(numerator: Tensor, denominator: Tensor) -> Tensor:
+    """``numerator / denominator`` with a zero denominator replaced by 1 (finite values and gradients)."""
+    return numerator / torch.where(denominator == 0, torch.ones_like(denominator), denominator)
+
+
+def _pixel_sum(x: Tensor) -> Tensor:
+    return x.flatten(1).sum(1)
+
+
+def normalized_positive(attributions: Tensor) -> Tensor:
+    """``Â⁺ = A⁺ / max A⁺`` per sample ``[N, H, W]``; all zeros where no attribution is positive."""
+    positive = attributions.clamp(min=0)
+    return _safe_divide(positive, positive.flatten(1).amax(1)[:, None, None])
+
+
+def normalized(attributions: Tensor) -> Tensor:
+    """``Â = A / max|A|`` per sample ``[N, H, W]``; all zeros where the attribution is zero."""
+    return _safe_divide(attributions, attributions.abs().flatten(1).amax(1)[:, None, None])
+
+
+def reduce_loss(per_sample: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
+                annotated: Tensor | None = None) -> Tensor:
+    """Reduce per-sample losses ``[N]`` over the annotated samples (see the module docstring)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}; valid reductions: {list(REDUCTIONS)}")
+    if reduction == "none":
+        return per_sample
+    if annotated is None:
+        annotated = masks.flatten(1).ne(0).any(1)
+    elif annotated.shape != per_sample.shape or annotated.dtype != torch.bool:
+        raise ValueError(f"annotated must be a bool tensor of shape {tuple(per_sample.shape)}, "
+                         f"got {annotated.dtype} {tuple(annotated.shape)}")
+    total = torch.where(annotated, per_sample, torch.zeros_like(per_sample)).sum()
+    if reduction == "sum":
+        return total
+    return total / annotated.sum().clamp(min=1)
+
+
+def energy_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
+                annotated: Tensor | None = None) -> Tensor:
+    """Energy loss ``1 − EPG = 1 − Σ M·A⁺ / Σ A⁺`` (eq. 7.6), falling back to ``1 − Σ M·A⁺`` when ``Σ A⁺ < 1e-7``."""
+    mask = _check(attributions, masks, "energy_loss")
+    positive = attributions.clamp(min=0)
+    inside, total = _pixel_sum(mask * positive), _pixel_sum(positive)
+    denominator = torch.where(total < ENERGY_EPS, torch.ones_like(total), total)
+    return reduce_loss(1 - inside / denominator, masks, reduction, annotated)
+
+
+def l1_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
+            annotated: Tensor | None = None) -> Tensor:
+    """L1 loss ``(1/HW) Σ |M − Â⁺|`` (eq. 7.3)."""
+    mask = _check(attributions, masks, "l1_loss")
+    per_sample = (mask - normalized_positive(attributions)).abs().flatten(1).mean(1)
+    return reduce_loss(per_sample, masks, reduction, annotated)
+
+
+def ppce_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
+              annotated: Tensor | None = None) -> Tensor:
+    """Per-pixel cross-entropy ``−(1/‖M‖₁) Σ M · log Â⁺`` (eq. 7.4), ``log`` floored at −100, 0 for an empty mask."""
+    mask = _check(attributions, masks, "ppce_loss")
+    scaled = normalized_positive(attributions)
+    positive = scaled > 0
+    log = torch.where(positive, torch.log(torch.where(positive, scaled, torch.ones_like(scaled))),
+                      torch.full_like(scaled, LOG_FLOOR)).clamp(min=LOG_FLOOR)
+    per_sample = -_safe_divide(_pixel_sum(mask * log), _pixel_sum(mask))
+    return reduce_loss(per_sample, masks, reduction, annotated)
+
+
+def rrr_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
+             annotated: Tensor | None = None) -> Tensor:
+    """RRR* ``Σ (1 − M) · Â²`` (eq. 7.5) with ``Â = A / max|A|``."""
+    mask = _check(attributions, masks, "rrr_loss")
+    per_sample = _pixel_sum((1 - mask) * normalized(attributions).square())
+    return reduce_loss(per_sample, masks, reduction, annotated)
+
+
+LossFn = Callable[..., Tensor]
+LOSSES: dict[str, LossFn] = {"energy": energy_loss, "l1": l1_loss, "ppce": ppce_loss, "rrr": rrr_loss}
+
+
+def get_loss(name: str) -> LossFn:
+    """The localisation loss called ``name`` (case-insensitive; ``"RRR*"`` is accepted for ``"rrr"``)."""
+    key = name.lower().rstrip("*") if isinstance(name, str) else name
+    try:
+        return LOSSES[key]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown localisation loss {name!r}; valid names: {sorted(LOSSES)}") from None

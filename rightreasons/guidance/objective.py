@@ -1,0 +1,144 @@
+"""The guidance objective of one training step (thesis §7.1.5): ``L = L_class + λ_loc · L_loc``, the ``L_loc`` part.
+
+Per image and step, one ground-truth class is drawn uniformly (seeded by a ``torch.Generator``); its mask is the union
+of that class's boxes (optionally dilated); images without boxes (limited annotations) get no localisation term.
+The attributions come from the same single forward pass whose logits the caller uses for the classification loss,
+and one backward pass for the whole batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..explain.attribution import METHODS, compute_attribution
+from .losses import REDUCTIONS, LossFn, get_loss
+
+__all__ = ["GuidanceObjective", "GuidanceOutput", "sample_classes"]
+
+
+@dataclass
+class GuidanceOutput:
+    """What :class:`GuidanceObjective` returns.
+
+    Attributes:
+        loss: the reduced localisation loss (a scalar; ``[N]`` with ``reduction="none"``), differentiable.
+        logits: ``[N, K]`` the logits of the step's single forward pass (for the classification loss).
+        classes: ``[N]`` the sampled ground-truth class per image.
+        masks: ``[N, H, W]`` bool, the union of the sampled class's (dilated) boxes; empty for images without boxes.
+        annotated: ``[N]`` bool, the images that contributed a localisation term (boxes and a non-empty mask).
+        attributions: ``[N, H, W]`` the attributions of the sampled classes; ``None`` when no image of the batch has
+            boxes (then no attribution is computed and ``loss`` is 0).
+    """
+
+    loss: Tensor
+    logits: Tensor
+    classes: Tensor
+    masks: Tensor
+    annotated: Tensor
+    attributions: Tensor | None
+
+
+def sample_classes(labels: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One class per image, uniformly among its positive labels (entries > 0.5 of ``labels [N, K]``).
+
+    Images without a positive label draw uniformly among all classes. Sampling runs on the CPU, so a CPU
+    ``generator`` gives the same classes whatever the labels' device.
+    """
+    if labels.dim() != 2:
+        raise ValueError(f"labels must be multi-hot [N, K], got shape {tuple(labels.shape)}")
+    weights = (labels.detach().cpu() > 0.5).float()
+    weights[weights.sum(1) == 0] = 1.0
+    return torch.multinomial(weights, 1, generator=generator)[:, 0].to(labels.device)
+
+
+@dataclass
+class GuidanceObjective:
+    """The localisation term of a guidance step.
+
+    Args:
+        method: attribution method (:data:`~rightreasons.explain.attribution.METHODS`).
+        layer: ``"input"``, ``"mid1"``–``"mid3"``, ``"final"`` or a module path.
+        loss: localisation loss name (``"energy"``, ``"l1"``, ``"ppce"``, ``"rrr"``).
+        dilation: grow every box by this fraction of its width/height (0.1 = 10 %) before building masks.
+        reduction: how per-image losses combine (see :mod:`rightreasons.guidance.losses`).
+        steps: Riemann steps for ``intgrad`` on models that are not X-DNNs.
+    """
+
+    method: str = "bcos"
+    layer: str = "input"
+    loss: str = "energy"
+    dilation: float = 0.0
+    reduction: str = "mean_annotated"
+    steps: int = 50
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown attribution method {self.method!r}; valid methods: {list(METHODS)}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"unknown reduction {self.reduction!r}; valid reductions: {list(REDUCTIONS)}")
+        if not self.dilation >= 0:
+            raise ValueError(f"dilation must be a fraction >= 0 (0.1 = 10 %), got {self.dilation!r}")
+        get_loss(self.loss)
+
+    @property
+    def loss_fn(self) -> LossFn:
+        """The localisation loss function named by :attr:`loss`."""
+        return get_loss(self.loss)
+
+    def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
+                 box_labels: Sequence[Tensor], has_boxes: Tensor, generator: torch.Generator | None = None, *,
+                 create_graph: bool = True) -> GuidanceOutput:
+        """Run the step's forward pass and the localisation loss.
+
+        Args:
+            model: the classifier being trained.
+            images: ``[N, C, H, W]``.
+            labels: ``[N, K]`` multi-hot ground truth.
+            boxes: per image, its boxes, XYXY in image pixels (``[B_n, 4]`` tensors or ``tv_tensors.BoundingBoxes``).
+            box_labels: per image, the class of each box ``[B_n]``.
+            has_boxes: ``[N]`` bool, whether the image's boxes may be used (limited annotations).
+            generator: seeds the class sampling (a CPU generator).
+            create_graph: keep the attributions differentiable (needed to train on the loss).
+        """
+        n = images.shape[0]
+        if images.dim() != 4 or labels.shape[0] != n or has_boxes.shape != (n,) or has_boxes.dtype != torch.bool:
+            raise ValueError(f"expected images [N, C, H, W], labels [N, K] and has_boxes [N] bool with one N, got "
+                             f"{tuple(images.shape)}, {tuple(labels.shape)}, {has_boxes.dtype} "
+                             f"{tuple(has_boxes.shape)}")
+        has_boxes = has_boxes.to(images.device)
+        unlabelled = has_boxes & ~(labels > 0.5).any(1).to(images.device)
+        if unlabelled.any():
+            raise ValueError(f"images {unlabelled.nonzero()[:, 0].tolist()} have boxes but no positive label")
+        classes = sample_classes(labels, generator).to(images.device)
+        size = tuple(images.shape[-2:])
+        if not has_boxes.any():
+            logits = model(images)
+            empty = torch.zeros(n, *size, dtype=torch.bool, device=images.device)
+            return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,
+                                  classes=classes, masks=empty, annotated=has_boxes, attributions=None)
+        result = compute_attribution(model, images, classes, self.method, self.layer, create_graph=create_graph,
+                                     steps=self.steps)
+        masks = self.masks(boxes, box_labels, classes, has_boxes, size)
+        annotated = has_boxes & masks.flatten(1).any(1)
+        loss = self.loss_fn(result.maps, masks, self.reduction, annotated)
+        return GuidanceOutput(loss=loss, logits=result.logits, classes=classes, masks=masks, annotated=annotated,
+                              attributions=result.maps)
+
+    def masks(self, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], classes: Tensor, has_boxes: Tensor,
+              size: tuple[int, int]) -> Tensor:
+        """``[N, H, W]`` bool: per image the union of its (dilated) boxes of ``classes[n]``, empty without boxes.
+
+        Boxes are XYXY in pixels of the ``size = (H, W)`` images (see :mod:`rightreasons.data.boxes` for the
+        pixel-centre rule and the dilation convention of the Model-Guidance release)."""
+        from ..data.boxes import class_masks, dilate_boxes
+
+        keep = has_boxes.tolist()
+        used = [b if k else b[:0] for b, k in zip(boxes, keep)]
+        labels = [torch.as_tensor(lab) if k else torch.as_tensor(lab)[:0] for lab, k in zip(box_labels, keep)]
+        if self.dilation:
+            used = [dilate_boxes(b, self.dilation, size) for b in used]
+        return class_masks(used, labels, classes, size, canvas_size=size).to(classes.device)

@@ -1,0 +1,46 @@
+"""The attribution callables the evaluations take, so that they work with any attribution method or model.
+
+An :data:`AttributionFn` is ``fn(model, x [N, C, H, W], target [N]) -> [N, H, W]``: one map per sample for that
+sample's target class, at the input's spatial resolution. :func:`attribution_fn` builds one from
+``rightreasons.explain.attribution.attribute``; any other function with that signature (Captum, a resizing wrapper
+for a ViT, a fixed map in a test) works as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["AttributionFn", "attribution_fn", "run_attribution"]
+
+AttributionFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+
+
+def attribution_fn(method: str = "bcos", layer: str = "input", **options: Any) -> AttributionFn:
+    """An :data:`AttributionFn` calling ``attribute(model, x, target, method, layer, **options)`` of
+    :mod:`rightreasons.explain.attribution` (imported on first call); ``options`` e.g. ``steps`` for ``intgrad``."""
+
+    def fn(model: nn.Module, x: Tensor, target: Tensor) -> Tensor:
+        from ..explain.attribution import attribute
+
+        return attribute(model, x, target, method, layer, **options)
+
+    fn.__name__ = f"attribution_fn_{method}_{layer}"
+    return fn
+
+
+def run_attribution(fn: AttributionFn, model: nn.Module, x: Tensor, target: Tensor) -> Tensor:
+    """Call ``fn`` with gradients enabled (evaluation loops often run under ``no_grad``) and return its detached
+    maps, checked to be ``[N, H, W]`` at the resolution of ``x [N, C, H, W]``."""
+    with torch.enable_grad():
+        maps = fn(model, x, target)
+    expected = (x.shape[0], *x.shape[-2:])
+    if not isinstance(maps, Tensor) or tuple(maps.shape) != expected:
+        got = tuple(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
+        raise ValueError(f"attribution function {getattr(fn, '__name__', fn)!r} must return maps [N, H, W] = "
+                         f"{list(expected)} at the input resolution, got {got}; upsample lower-resolution maps "
+                         "(and resize for models with a fixed input size) inside the function")
+    return maps.detach()

@@ -1,0 +1,147 @@
+"""Localisation evaluation over *every* ground-truth class of every image (SCIENCE.md §6).
+
+Training guides one sampled class per image; evaluation scores all of them: each (image, class) pair with
+``labels[i, k] = 1`` gets its own attribution map for class ``k`` and its own mask ``M_k`` = union of the image's
+boxes of class ``k``. :func:`localization_pairs` yields these pairs in batches (one attribution call per batch,
+one target class per row); :func:`evaluate_localization` feeds them to metrics such as
+:class:`~rightreasons.metrics.EnergyPointingGame` and :class:`~rightreasons.metrics.IoU`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torchmetrics import Metric
+
+from .attribution_fn import AttributionFn, run_attribution
+
+__all__ = ["LocalizationPairs", "boxes_to_mask", "evaluate_localization", "localization_pairs"]
+
+
+def boxes_to_mask(boxes: Tensor, height: int, width: int) -> Tensor:
+    """Union of boxes ``[B, 4]`` (XYXY, pixel units) as a bool mask ``[H, W]``.
+
+    Pixel ``(r, c)`` covers ``[c, c+1) × [r, r+1)`` and belongs to a box when it overlaps it: columns
+    ``floor(x1) <= c < ceil(x2)``, rows ``floor(y1) <= r < ceil(y2)`` (for integer boxes exactly
+    ``mask[y1:y2, x1:x2]``), clipped to the image. No boxes give an empty mask.
+    """
+    boxes = torch.as_tensor(boxes).as_subclass(Tensor)
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise ValueError(f"boxes_to_mask: boxes must have shape [B, 4] (XYXY), got {tuple(boxes.shape)}")
+    if (boxes[:, 2] < boxes[:, 0]).any() or (boxes[:, 3] < boxes[:, 1]).any():
+        raise ValueError(f"boxes_to_mask: every box needs x2 >= x1 and y2 >= y1, got {boxes.tolist()}")
+    cols = torch.arange(width, device=boxes.device)
+    rows = torch.arange(height, device=boxes.device)
+    in_x = (cols >= boxes[:, 0:1].floor()) & (cols < boxes[:, 2:3].ceil())
+    in_y = (rows >= boxes[:, 1:2].floor()) & (rows < boxes[:, 3:4].ceil())
+    return (in_y[:, :, None] & in_x[:, None, :]).any(0)
+
+
+@dataclass
+class LocalizationPairs:
+    """A batch of ``P`` (image, ground-truth class) pairs.
+
+    Attributes:
+        attributions: ``[P, H, W]`` detached maps for ``classes`` on ``images[image_index]``.
+        masks: ``[P, H, W]`` bool union of the boxes of that class in that image.
+        classes: ``[P]`` the class of each pair.
+        image_index: ``[P]`` the row of each pair's image in the ``images`` given.
+        object_masks: ``[P, H, W]`` bool ``segmentations[image_index] == classes`` when segmentations were given.
+    """
+
+    attributions: Tensor
+    masks: Tensor
+    classes: Tensor
+    image_index: Tensor
+    object_masks: Tensor | None = None
+
+
+def _pairs(labels: Tensor, box_labels: Sequence[Tensor]) -> list[tuple[int, int]]:
+    """(image, class) pairs for every positive label that has at least one box of its class."""
+    pairs = []
+    for i, k in labels.nonzero().tolist():
+        if (torch.as_tensor(box_labels[i]).as_subclass(Tensor) == k).any():
+            pairs.append((i, k))
+    return pairs
+
+
+def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
+                       box_labels: Sequence[Tensor], attribution: AttributionFn, batch_size: int = 32,
+                       segmentations: Tensor | None = None) -> Iterator[LocalizationPairs]:
+    """Yield the (image, ground-truth class) pairs of a batch of images, with attributions and masks.
+
+    Args:
+        model: the classifier (put it in eval mode first; the attribution function runs its forward pass).
+        images: ``[N, C, H, W]`` model inputs.
+        labels: ``[N, K]`` multi-hot ground truth; every positive class is evaluated.
+        boxes: per image a ``[B_i, 4]`` XYXY tensor in pixels of ``images`` (e.g. ``tv_tensors.BoundingBoxes``).
+        box_labels: per image the class ``[B_i]`` of each box.
+        attribution: an :data:`~rightreasons.metrics.AttributionFn` returning maps at the input resolution.
+        batch_size: pairs per attribution call (an image with several classes appears once per class).
+        segmentations: optional ``[N, H, W]`` integer maps holding the class index (label space, ``0..K-1``) of
+            each object pixel and any other value elsewhere; gives ``object_masks`` for the on-object ratio.
+
+    A positive label without any box of its class in that image is skipped (there is nothing to localise
+    against). No pairs, no batches.
+    """
+    _, _, height, width = _check_inputs(images, labels, boxes, box_labels, segmentations)
+    if batch_size < 1:
+        raise ValueError(f"localization_pairs: batch_size must be >= 1, got {batch_size}")
+    pairs = _pairs(labels, box_labels)
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        index = torch.tensor([i for i, _ in chunk], device=images.device)
+        classes = torch.tensor([k for _, k in chunk], device=images.device)
+        masks = torch.stack([boxes_to_mask(_class_boxes(boxes[i], box_labels[i], k), height, width)
+                             for i, k in chunk]).to(images.device)
+        maps = run_attribution(attribution, model, images[index], classes)
+        objects = None
+        if segmentations is not None:
+            objects = segmentations[index.to(segmentations.device)].to(images.device) == classes[:, None, None]
+        yield LocalizationPairs(maps, masks, classes, index, objects)
+
+
+def _class_boxes(boxes: Tensor, box_labels: Tensor, k: int) -> Tensor:
+    boxes = torch.as_tensor(boxes).as_subclass(Tensor)
+    return boxes[torch.as_tensor(box_labels).as_subclass(Tensor).to(boxes.device) == k]
+
+
+def _check_inputs(images: Tensor, labels: Tensor, boxes: Sequence[Tensor], box_labels: Sequence[Tensor],
+                  segmentations: Tensor | None) -> tuple[int, int, int, int]:
+    where = "localization_pairs"
+    if images.dim() != 4:
+        raise ValueError(f"{where}: images must be [N, C, H, W], got shape {tuple(images.shape)}")
+    n, c, h, w = images.shape
+    if labels.dim() != 2 or labels.shape[0] != n:
+        raise ValueError(f"{where}: labels must be multi-hot [N={n}, K], got shape {tuple(labels.shape)}")
+    if len(boxes) != n or len(box_labels) != n:
+        raise ValueError(f"{where}: need one boxes and one box_labels entry per image ({n}), "
+                         f"got {len(boxes)} and {len(box_labels)}")
+    for i, (b, bl) in enumerate(zip(boxes, box_labels)):
+        if len(b) != len(bl):
+            raise ValueError(f"{where}: image {i} has {len(b)} boxes but {len(bl)} box labels")
+    if segmentations is not None and tuple(segmentations.shape) != (n, h, w):
+        raise ValueError(f"{where}: segmentations must be [N, H, W] = {[n, h, w]}, "
+                         f"got shape {tuple(segmentations.shape)}")
+    return n, c, h, w
+
+
+def evaluate_localization(model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
+                          box_labels: Sequence[Tensor], attribution: AttributionFn, metrics: Iterable[Metric],
+                          batch_size: int = 32) -> int:
+    """Update every metric with ``metric.update(attributions, masks)`` for all (image, ground-truth class) pairs
+    of the batch (see :func:`localization_pairs`); returns the number of pairs evaluated.
+
+    For the on-object ratio, iterate :func:`localization_pairs` with ``segmentations`` and call
+    ``OnObjectRatio.update(p.attributions, p.object_masks, p.masks)``.
+    """
+    metrics = list(metrics)
+    count = 0
+    for batch in localization_pairs(model, images, labels, boxes, box_labels, attribution, batch_size):
+        for metric in metrics:
+            metric.update(batch.attributions, batch.masks)
+        count += batch.classes.numel()
+    return count

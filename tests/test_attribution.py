@@ -1,0 +1,212 @@
+"""Attributions at any layer: Captum as referee, B-cos completeness, X-DNN IntGrad, BatchNorm statistics, errors."""
+
+import copy
+
+import pytest
+import torch
+import torchvision
+from captum.attr import (InputXGradient, IntegratedGradients, LayerAttribution, LayerGradCam,
+                         LayerGradientXActivation)
+from torch import nn
+from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+from torchvision.models.densenet import DenseNet
+
+from rightreasons import create_model
+from rightreasons.bcos.models.resnet import BasicBlock, BcosResNet
+from rightreasons.explain import attribute, compute_attribution, explain
+from rightreasons.explain.attribution import is_xdnn
+from rightreasons.explain.layers import GUIDANCE_LAYERS, resolve_layer, stage_names
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Tiny tensors on a shared 2-core machine: one intra-op thread avoids contention (10–50× slower otherwise)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+class TinyCNN(nn.Module):
+    """A four-stage conv net with named stages; ``xdnn=True`` drops biases and norms (an X-DNN: bias-free ReLU)."""
+
+    def __init__(self, num_classes: int = 5, width: int = 4, xdnn: bool = False) -> None:
+        super().__init__()
+        self.is_xdnn = xdnn
+
+        def stage(cin: int, cout: int, stride: int) -> nn.Sequential:
+            layers = [nn.Conv2d(cin, cout, 3, stride, 1, bias=not xdnn)]
+            return nn.Sequential(*layers, *([] if xdnn else [nn.BatchNorm2d(cout)]), nn.ReLU())
+
+        self.stem = stage(3, width, 1)
+        self.stage1 = stage(width, width, 1)
+        self.stage2 = stage(width, 2 * width, 2)
+        self.stage3 = stage(2 * width, 4 * width, 2)
+        self.stage4 = stage(4 * width, 4 * width, 1)
+        self.fc = nn.Linear(4 * width, num_classes, bias=not xdnn)
+
+    stage_names = {"mid1": "stage1", "mid2": "stage2", "mid3": "stage3", "final": "stage4"}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stage4(self.stage3(self.stage2(self.stage1(self.stem(x)))))
+        return self.fc(x.mean((2, 3)))
+
+
+def tiny_bcos_resnet(num_classes: int = 5) -> BcosResNet:
+    """A three-stage B-cos ResNet of width 4 for 6-channel 16 px inputs (mid1–mid3 at 16, 8, 4 px; final = mid3)."""
+    return BcosResNet(BasicBlock, [1, 1, 1], num_classes=num_classes, inplanes=4, small_inputs=True)
+
+
+def bcos_input(n: int = 4, size: int = 16, dtype=torch.float32) -> torch.Tensor:
+    rgb = torch.rand(n, 3, size, size, dtype=dtype)
+    return torch.cat([rgb, 1 - rgb], 1)
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    """The registry's standard ResNet-18 twin (torchvision's architecture with ``stage_names``)."""
+    torch.manual_seed(0)
+    return create_model("resnet18", num_classes=7).eval()
+
+
+TARGETS = torch.tensor([0, 3, 6])
+TV_LAYERS = {"mid1": "layer1", "mid2": "layer2", "mid3": "layer3", "final": "layer4"}
+
+
+@pytest.mark.parametrize("layer", ["input", "mid1", "mid3", "final"])
+def test_ixg_matches_captum(resnet18, layer):
+    x = torch.randn(3, 3, 48, 48)
+    maps, raw = attribute(resnet18, x, TARGETS, "ixg", layer, return_raw=True)
+    if layer == "input":
+        expected = InputXGradient(resnet18).attribute(x.clone().requires_grad_(), target=TARGETS)
+    else:
+        expected = LayerGradientXActivation(resnet18, resnet18.get_submodule(TV_LAYERS[layer])).attribute(
+            x, target=TARGETS)
+    torch.testing.assert_close(raw, expected.detach().sum(1), rtol=1e-5, atol=1e-7)
+    assert maps.shape == (3, 48, 48)
+
+
+@pytest.mark.parametrize("layer", ["mid2", "final"])
+def test_gradcam_matches_captum_layer_gradcam_and_its_upsampling(resnet18, layer):
+    x = torch.randn(3, 3, 48, 48)
+    maps, raw = attribute(resnet18, x, TARGETS, "gradcam", layer, return_raw=True)
+    expected = LayerGradCam(resnet18, resnet18.get_submodule(TV_LAYERS[layer])).attribute(
+        x, target=TARGETS, relu_attributions=True).detach()
+    torch.testing.assert_close(raw, expected[:, 0], rtol=1e-5, atol=1e-7)
+    upsampled = LayerAttribution.interpolate(expected, (48, 48), "bilinear")[:, 0]
+    torch.testing.assert_close(maps, upsampled, rtol=1e-5, atol=1e-7)
+    assert raw.shape[-1] < 48 and (raw >= 0).all()
+
+
+def test_intgrad_matches_captum_riemann_right_at_the_input(resnet18):
+    """In float64: Captum's alphas are float32-rounded, which in float32 can flip ReLUs near zero."""
+    model, x = copy.deepcopy(resnet18).double(), torch.randn(3, 3, 32, 32, dtype=torch.float64)
+    ours = attribute(model, x, TARGETS, "intgrad", steps=4)
+    expected = IntegratedGradients(model).attribute(x, target=TARGETS, n_steps=4, method="riemann_right")
+    torch.testing.assert_close(ours, expected.detach().sum(1), rtol=1e-6, atol=1e-12)
+
+
+def test_intgrad_at_a_layer_integrates_from_a_zero_activation(resnet18):
+    """At ``mid3`` IntGrad is Captum's IntegratedGradients of the network's tail on the layer-3 activation."""
+    model, x = copy.deepcopy(resnet18).double(), torch.randn(3, 3, 32, 32, dtype=torch.float64)
+    _, raw = attribute(model, x, TARGETS, "intgrad", "mid3", steps=4, return_raw=True)
+    tail = nn.Sequential(model.layer4, model.avgpool, nn.Flatten(), model.fc)
+    head = nn.Sequential(*list(model.children())[:7])
+    with torch.no_grad():
+        activation = head(x)
+    expected = IntegratedGradients(tail).attribute(activation, target=TARGETS, n_steps=4, method="riemann_right")
+    torch.testing.assert_close(raw, expected.detach().sum(1), rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("layer", GUIDANCE_LAYERS)
+def test_bcos_contributions_are_complete_at_every_layer(layer, training):
+    """In a bias-free B-cos net the contributions of any layer's activation sum to ``logit − logit_bias``."""
+    model = tiny_bcos_resnet().train(training)
+    x = bcos_input()
+    target = torch.tensor([0, 1, 4, 2])
+    result = compute_attribution(model, x, target, "bcos", layer)
+    selected = result.logits.gather(1, target[:, None])[:, 0] - model.logit_layer.bias
+    torch.testing.assert_close(result.raw.sum((1, 2)), selected, rtol=1e-4, atol=1e-5)
+    assert result.maps.shape == (4, 16, 16)
+
+
+def test_bcos_at_the_input_equals_explain():
+    model = tiny_bcos_resnet().eval()
+    x = bcos_input()
+    target = torch.tensor([3, 1, 0, 2])
+    torch.testing.assert_close(attribute(model, x, target, "bcos"), explain(model, x, target).contributions)
+
+
+@pytest.mark.parametrize("layer", ["input", "mid2"])
+@pytest.mark.parametrize("build", [lambda: TinyCNN(xdnn=True), lambda: create_model("xdnn_resnet50", num_classes=5)],
+                         ids=["tiny", "xdnn_resnet50"])
+def test_intgrad_on_an_xdnn_is_exact_input_x_gradient(build, layer):
+    model = build().eval()
+    assert is_xdnn(model)
+    x = torch.randn(3, 3, 32, 32)
+    target = torch.tensor([1, 4, 0])
+    ixg = attribute(model, x, target, "ixg", layer)
+    assert torch.equal(attribute(model, x, target, "intgrad", layer), ixg)
+    model.is_xdnn = False  # the Riemann sum: the gradient is constant along the path of a bias-free ReLU net
+    riemann = attribute(model, x, target, "intgrad", layer, steps=3)
+    torch.testing.assert_close(riemann, ixg, rtol=1e-4, atol=1e-6 * ixg.abs().max().item())
+
+
+@pytest.mark.parametrize("method", ["bcos", "ixg", "gradcam"])
+@pytest.mark.parametrize("layer", ["mid2", "final"])
+def test_layer_attribution_leaves_batchnorm_statistics_as_a_plain_forward(method, layer):
+    for make, x in ((tiny_bcos_resnet, bcos_input()), (TinyCNN, torch.randn(4, 3, 16, 16))):
+        if method == "bcos" and make is TinyCNN:
+            continue
+        model = make().train()
+        reference = copy.deepcopy(model)
+        logits = reference(x)
+        result = compute_attribution(model, x, torch.tensor([0, 1, 2, 3]), method, layer, create_graph=True)
+        assert torch.equal(result.logits, logits)
+        for (name, ours), (_, theirs) in zip(model.named_buffers(), reference.named_buffers()):
+            assert torch.equal(ours, theirs), name
+
+
+def test_target_defaults_to_the_prediction_and_results_are_detached(resnet18):
+    x = torch.randn(2, 3, 48, 48)
+    result = compute_attribution(resnet18, x, None, "gradcam", "final")
+    assert torch.equal(result.target, result.logits.argmax(1))
+    assert not (result.logits.requires_grad or result.maps.requires_grad or result.raw.requires_grad)
+
+
+def test_frozen_model_attributes_at_a_layer_inside_no_grad():
+    model = TinyCNN().eval().requires_grad_(False)
+    with torch.no_grad():
+        maps = attribute(model, torch.randn(2, 3, 16, 16), 1, "ixg", "mid2")
+    assert maps.shape == (2, 16, 16) and maps.abs().sum() > 0
+
+
+def test_layer_names_resolve_for_every_family():
+    assert stage_names(tiny_bcos_resnet()) == {"mid1": "layer1", "mid2": "layer2", "mid3": "layer3",
+                                               "final": "layer3"}
+    tiny_convnext = [CNBlockConfig(4, 8, 1), CNBlockConfig(8, 16, 1), CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)]
+    for model in (torchvision.models.resnet18(weights=None), ConvNeXt(tiny_convnext),
+                  DenseNet(growth_rate=4, block_config=(1, 1, 1, 1), num_init_features=4)):
+        names = stage_names(model)
+        assert list(names) == ["mid1", "mid2", "mid3", "final"]
+        assert all(resolve_layer(model, name) is model.get_submodule(path) for name, path in names.items())
+    model = TinyCNN()
+    assert resolve_layer(model, "Mid2") is model.stage2 and resolve_layer(model, "input") is None
+    assert resolve_layer(model, "stage3.0") is model.stage3[0]
+
+
+def test_bad_arguments_raise_clear_errors(resnet18):
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.raises(ValueError, match="valid methods"):
+        attribute(resnet18, x, 0, "lrp")
+    with pytest.raises(ValueError, match="needs a B-cos model"):
+        attribute(resnet18, x, 0, "bcos")
+    with pytest.raises(ValueError, match=r"'mid1', 'mid2'.*top-level modules"):
+        attribute(resnet18, x, 0, "ixg", "layer9")
+    with pytest.raises(ValueError, match="ran 2 times"):
+        attribute(resnet18, x, 0, "ixg", "layer1.0.relu")
+    with pytest.raises(ValueError, match=r"must output a tensor \[N, C, h, w\]"):
+        attribute(resnet18, x, 0, "ixg", "fc")
+    with pytest.raises(ValueError, match="eval"):
+        attribute(TinyCNN().train(), torch.randn(2, 3, 16, 16), 0, "intgrad", steps=3)

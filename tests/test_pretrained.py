@@ -1,0 +1,142 @@
+"""The B-cos v2 release table and ``pretrained=True``: hub-directory files with hash check, fast offline failure."""
+
+import hashlib
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from rightreasons import create_model, list_models
+from rightreasons.bcos import pretrained
+from rightreasons.bcos.pretrained import (PRETRAINED, PretrainedWeights, WeightsUnavailableError, download_pretrained,
+                                          get_pretrained, pretrained_table)
+from rightreasons.checkpoints import CheckpointError
+
+# ImageNet top-1 as listed independently in SCIENCE.md §5 (one decimal).
+SCIENCE_TOP1 = {
+    "bcos_resnet18": 68.7, "bcos_resnet34": 72.3, "bcos_resnet50": 75.9, "bcos_resnet101": 76.5, "bcos_resnet152": 76.5,
+    "bcos_resnext50_32x4d": 75.8, "bcos_densenet121": 73.6, "bcos_densenet161": 76.6, "bcos_densenet169": 75.2,
+    "bcos_densenet201": 75.5, "bcos_vgg11_bnu": 69.3, "bcos_convnext_tiny": 77.5, "bcos_convnext_base": 79.7,
+    "bcos_convnext_tiny_bnu": 76.8, "bcos_convnext_base_bnu": 80.1, "bcos_resnet50.long": 79.5,
+    "bcos_resnet152.long": 80.1, "bcos_densenet121.long": 77.3, "bcos_simple_vit_ti_patch16_224": 60.0,
+    "bcos_simple_vit_s_patch16_224": 69.2, "bcos_simple_vit_b_patch16_224": 74.4, "bcos_simple_vit_l_patch16_224": 75.1,
+    "bcos_vitc_ti_patch1_14": 67.3, "bcos_vitc_s_patch1_14": 74.5, "bcos_vitc_b_patch1_14": 77.2,
+    "bcos_vitc_l_patch1_14": 77.8,
+}
+
+
+@pytest.fixture
+def torch_home(tmp_path, monkeypatch) -> Path:
+    """An empty torch home; returns its hub checkpoint directory."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    return tmp_path / "torch" / "hub" / "checkpoints"
+
+
+@pytest.fixture
+def no_download(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("download attempted")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", fail)
+
+
+def test_table_matches_the_release():
+    for key, top1 in SCIENCE_TOP1.items():
+        assert round(PRETRAINED[key].top1, 1) == top1, key
+    standard_vits = [k for k in PRETRAINED if not k.startswith("bcos_")]
+    assert len(standard_vits) == 8 and len(PRETRAINED) == len(SCIENCE_TOP1) + 8
+    for key, w in PRETRAINED.items():
+        assert w.model == key.split(".")[0]
+        assert w.url == f"https://github.com/B-cos/B-cos-v2/releases/download/v0.0.1-weights/{w.file_name}"
+        assert len(w.sha256_prefix) == 10
+    assert len({w.file_name for w in PRETRAINED.values()}) == len({w.hub_name for w in PRETRAINED.values()}) == \
+        len(PRETRAINED)
+    registered = set(list_models())
+    assert [w.model for w in PRETRAINED.values() if w.model.startswith("bcos_") and w.model not in registered] == []
+    long = PRETRAINED["bcos_resnet50.long"]  # the long recipe: same architecture, another file
+    assert long.model == "bcos_resnet50" and long.file_name != PRETRAINED["bcos_resnet50"].file_name
+    assert long.hub_name == "resnet50_long" and long.eval_resize == 232
+    table = pretrained_table().splitlines()
+    assert len(table) == len(PRETRAINED) + 2
+    row = f"| `bcos_resnet50.long` | `resnet50_long` | `bcos_final_long/resnet_50` | [{long.file_name}]({long.url}) | 79.5 |"
+    assert row in table
+
+
+def test_table_matches_the_bcos_package():
+    """Referee: the release's own URL table and torch.hub entry points (``bcos.models.pretrained``)."""
+    release = pytest.importorskip("bcos.models.pretrained")
+    assert {w.url for w in PRETRAINED.values()} == {url for urls in release.URLS.values() for url in urls.values()}
+    for w in PRETRAINED.values():
+        base, experiment = w.experiment.split("/")
+        assert release.URLS[base][experiment] == w.url
+    assert {w.hub_name for w in PRETRAINED.values()} == set(release.list_available())
+
+
+def test_unknown_or_weightless_name_lists_the_names_with_weights():
+    with pytest.raises(KeyError, match="no released weights for 'resnet50'.*bcos_resnet50"):
+        create_model("resnet50", pretrained=True)  # the standard twin has no release weights
+    with pytest.raises(KeyError, match="bcos_resnet50.long"):
+        get_pretrained("bcos_resnet50.longer")
+
+
+@pytest.mark.timeout(30)  # a hang fails the test instead of blocking the suite
+def test_offline_fails_at_once_with_instructions(torch_home):
+    weights = PRETRAINED["bcos_resnet18"]
+    if pretrained._probe(weights.url, 3.0) is None:
+        pytest.skip("the release server is reachable; this test needs a machine without internet")
+    with pytest.raises(WeightsUnavailableError) as info:
+        create_model("bcos_resnet18", pretrained=True)
+    message = str(info.value)
+    assert weights.url in message and str(torch_home / weights.file_name) in message
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("network", ["hangs", "refuses"])
+def test_simulated_offline_network(torch_home, no_download, monkeypatch, network):
+    release = threading.Event()
+
+    def connect(address, timeout=None):
+        if network == "hangs":  # e.g. a name lookup that never answers: the deadline must cut it short
+            release.wait(60)
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    monkeypatch.setattr(pretrained, "CONNECT_TIMEOUT_S", 0.2)
+    try:
+        with pytest.raises(WeightsUnavailableError, match="within 0.2 s" if network == "hangs" else "unreachable"):
+            download_pretrained("bcos_resnet50.long")
+    finally:
+        release.set()
+
+
+def _release_style_file(tmp_path: Path, model: torch.nn.Module) -> tuple[Path, str]:
+    path = tmp_path / "weights.pth"
+    torch.save(model.state_dict(), path)
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_file_in_hub_directory_with_matching_hash_is_loaded(tmp_path, torch_home, no_download, monkeypatch):
+    source = create_model("bcos_cifar10_resnet20")
+    path, digest = _release_style_file(tmp_path, source)
+    entry = PretrainedWeights("bcos_cifar10_resnet20", "cifar10_resnet20", "test/resnet_20",
+                              f"resnet_20-{digest[:10]}.pth", 0.0)
+    monkeypatch.setitem(PRETRAINED, "bcos_cifar10_resnet20", entry)
+    torch_home.mkdir(parents=True)
+    path.rename(torch_home / entry.file_name)
+    loaded = create_model("bcos_cifar10_resnet20", pretrained=True)
+    for key, value in source.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_file_in_hub_directory_with_other_hash_is_refused(tmp_path, torch_home, no_download, monkeypatch):
+    path, digest = _release_style_file(tmp_path, create_model("bcos_cifar10_resnet20"))
+    wrong = "0123456789" if not digest.startswith("0123456789") else "9876543210"
+    entry = PretrainedWeights("bcos_cifar10_resnet20", "cifar10_resnet20", "test/resnet_20", f"resnet_20-{wrong}.pth",
+                              0.0)
+    monkeypatch.setitem(PRETRAINED, "bcos_cifar10_resnet20", entry)
+    torch_home.mkdir(parents=True)
+    path.rename(torch_home / entry.file_name)
+    with pytest.raises(CheckpointError, match=f"SHA-256 {digest[:10]}.*prefix {wrong}.*{entry.url}"):
+        create_model("bcos_cifar10_resnet20", pretrained=True)
