@@ -20,21 +20,18 @@ from torchvision.datasets.voc import DATASET_YEAR_DICT
 
 from rightreasons.data.checks import Report, verify_checksums
 from rightreasons.data.errors import DataError
-from rightreasons.data.voc import VOC_SPLITS, parse_voc_xml
+from rightreasons.data.voc import VOC_SPLITS, parse_voc_xml, voc_root
 
 OFFICIAL_COUNTS = {"train": 2501, "val": 2510, "trainval": 5011, "test": 4952}
 
 
-def find_root(root: Path) -> Path:
-    for candidate in (root, root / "VOC2007", root / "VOCdevkit" / "VOC2007"):
-        if (candidate / "ImageSets").is_dir() or (candidate / "Annotations").is_dir():
-            return candidate
-    return root
-
-
 def check(root: Path, tars: Path | None = None, allow_partial: bool = False) -> Report:
-    root = find_root(root)
     report = Report(f"PASCAL VOC 2007 at {root}")
+    try:
+        root = voc_root(root)
+    except DataError as e:
+        report.problem(str(e))
+        return report
     missing_dirs = [d for d in ("JPEGImages", "Annotations", "ImageSets/Main") if not (root / d).is_dir()]
     if missing_dirs:
         report.problem("directories missing (expected the VOCdevkit/VOC2007 layout)",

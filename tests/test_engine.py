@@ -139,6 +139,10 @@ def test_run_writes_model_metrics_checkpoints_and_explanations(reference_run):
     run = reference_run / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["epochs"] == 2 and len(summary["history"]) == 2
+    assert summary["config"]["guidance"]["enabled"] is True and summary["provenance"]["rightreasons"]
+    assert {"git_commit", "torch", "argv"} <= summary["provenance"].keys()
+    state = json.loads((run / "checkpoints" / "step-000012" / "trainer_state.json").read_text())
+    assert state["config"] == summary["config"] and state["provenance"]["argv"]
     for record in summary["history"]:
         assert 0.0 <= record["accuracy"] <= 1.0 and 0.0 <= record["epg"] <= 1.0 and 0.0 <= record["iou"] <= 1.0
         assert "accuracy/G1 landbird/land" in record and "worst_group_accuracy" in record

@@ -20,8 +20,8 @@ from .coco import COCO2014
 from .errors import BoxWarning, DataError
 from .sample import collate, make_sample
 from .synthetic import SyntheticConfig, generate, load_synthetic, write_synthetic
-from .transforms import (ENCODINGS, AttachExplanations, ExplanationMap, SanitizeBoxes, base_view, encode, eval_transform,
-                         train_transform)
+from .transforms import (ENCODINGS, AttachExplanations, ExplanationMap, SanitizeBoxes, base_view, encode,
+                         eval_transform, train_transform)
 from .voc import VOC_CLASSES, VOC2007
 from .waterbirds import GROUP_NAMES, Waterbirds100
 

@@ -34,10 +34,11 @@ VOC_SPLITS = ("train", "val", "trainval", "test")
 
 
 def voc_root(root: str | os.PathLike) -> Path:
-    """The ``VOC2007`` directory: ``root`` itself or ``root/VOC2007``."""
+    """The ``VOC2007`` directory: ``root`` itself, ``root/VOC2007`` or ``root/VOCdevkit/VOC2007``."""
     root = Path(root)
-    if (root / "VOC2007").is_dir() and not (root / "Annotations").is_dir():
-        root = root / "VOC2007"
+    for candidate in (root, root / "VOC2007", root / "VOCdevkit" / "VOC2007"):
+        if (candidate / "Annotations").is_dir() or (candidate / "ImageSets").is_dir():
+            return candidate
     return require_dir(root, "VOC 2007 (expected VOCdevkit/VOC2007 with JPEGImages/, Annotations/, ImageSets/Main/)")
 
 

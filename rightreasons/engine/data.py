@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["EpochSampler", "SeededTransform", "shard_indices"]
+__all__ = ["EpochSampler", "SeededTransform", "mix_seed", "shard_indices"]
 
 
-def _mix(*parts: int) -> int:
+def mix_seed(*parts: int) -> int:
     """A stable 63-bit seed from integers (independent of Python's hash randomisation)."""
     return zlib.crc32(" ".join(map(str, parts)).encode()) * 2654435761 % (2 ** 63)
 
@@ -37,7 +37,7 @@ class EpochSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         if not self.shuffle:
             return iter(range(self.n))
-        generator = torch.Generator().manual_seed(_mix(self.seed, self.epoch))
+        generator = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch))
         return iter(torch.randperm(self.n, generator=generator).tolist())
 
     def __len__(self) -> int:
@@ -54,7 +54,7 @@ class SeededTransform:
         self.epoch = epoch
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        seed = _mix(self.seed, self.epoch, zlib.crc32(str(sample["id"]).encode()))
+        seed = mix_seed(self.seed, self.epoch, zlib.crc32(str(sample["id"]).encode()))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return self.transform(sample)

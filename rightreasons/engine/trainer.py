@@ -13,9 +13,9 @@ same weights as an uninterrupted run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
-import importlib.util
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,7 +29,6 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .. import __version__
 from ..checkpoints import save_model
 from ..data import collate, eval_transform, load_dataset, train_transform
 from ..data.waterbirds import GROUP_NAMES
@@ -39,10 +38,11 @@ from ..metrics import ParetoTracker
 from ..registry import create_model, get_model_spec
 from .checkpointing import CheckpointManager, write_json_atomic
 from .config import diff_configs, to_dict
-from .data import EpochSampler, SeededTransform, _mix
+from .data import EpochSampler, SeededTransform, mix_seed
 from .evaluation import evaluate_classifier, is_multilabel, localization_setting
 from .losses import classification_loss, resolve_classification_loss
 from .optim import build_optimizer, build_scheduler, clip_gradients
+from .provenance import provenance
 from .schema import TrainConfig
 
 __all__ = ["TrainingError", "Trainer", "train"]
@@ -170,7 +170,7 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         return {"epoch": self.position.epoch, "batch": self.position.batch, "step": self.position.step,
                 "pareto": self.pareto.state_dict(), "best": self.best, "history": self.history,
-                "config": to_dict(self.config), "version": __version__}
+                "config": to_dict(self.config), "provenance": provenance()}
 
     # ------------------------------------------------------------------ resume
     def resume(self, checkpoint: str | Path | None = None) -> None:
@@ -191,7 +191,7 @@ class Trainer:
     # ------------------------------------------------------------------ training
     def _step_generator(self) -> torch.Generator:
         rank = self.accelerator.process_index
-        return torch.Generator().manual_seed(_mix(self.config.seed, self.position.step, self.position.batch, rank))
+        return torch.Generator().manual_seed(mix_seed(self.config.seed, self.position.step, self.position.batch, rank))
 
     def compute_losses(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], Tensor]:
         """Named loss terms (for logging) and the total to back-propagate, from one forward pass.
@@ -328,7 +328,7 @@ class Trainer:
         model = self.accelerator.unwrap_model(self.model)
         summary = {"steps": self.position.step, "epochs": self.position.epoch, "seconds": round(seconds, 2),
                    "best": self.best, "pareto_front": self.pareto.front, "history": self.history,
-                   "config": to_dict(self.config), "version": __version__}
+                   "config": to_dict(self.config), "provenance": provenance()}
         if self.accelerator.is_main_process:
             save_model(model, self.output_dir / "model.safetensors",
                        metadata={"config": json.dumps(to_dict(self.config))})

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["EXTENT", "SHAPES", "backgrounds", "composite", "draw_objects", "finish", "hsv_to_rgb", "object_colours",
-           "tight_boxes", "uniform"]
+           "place_quadrants", "tight_boxes", "uniform"]
 
 SHAPES = ("disc", "triangle", "square", "cross", "ring", "bar")
 
@@ -67,11 +67,22 @@ def draw_objects(gen: torch.Generator, shape: Tensor, cx: Tensor, cy: Tensor, r:
     dx = (coords[None, None, :] - cx[:, None, None]) / r[:, None, None]
     dy = (coords[None, :, None] - cy[:, None, None]) / r[:, None, None]
     cos, sin = torch.cos(theta), torch.sin(theta)
+    u, v = dx * cos + dy * sin, dy * cos - dx * sin
     out = torch.zeros(n, size, size, dtype=torch.bool)
     for k in shape.unique().tolist():
         rows = shape == k
-        out[rows] = _shape_mask(k, dx[rows] * cos[rows] + dy[rows] * sin[rows],
-                                -dx[rows] * sin[rows] + dy[rows] * cos[rows])
+        out[rows] = _shape_mask(k, u[rows], v[rows])
+    return out
+
+
+def place_quadrants(local: Tensor, quadrant: Tensor, size: int) -> Tensor:
+    """Put ``local [n, h, h]`` (``h = size // 2``) into quadrant ``quadrant [n]`` (0 top-left, 1 top-right,
+    2 bottom-left, 3 bottom-right) of an empty ``[n, size, size]`` canvas."""
+    n, h = local.shape[0], local.shape[-1]
+    grid = local.new_zeros(n, 2, 2, h, h)
+    grid[torch.arange(n), quadrant // 2, quadrant % 2] = local
+    out = local.new_zeros(n, size, size)
+    out[:, :2 * h, :2 * h] = grid.permute(0, 1, 3, 2, 4).reshape(n, 2 * h, 2 * h)
     return out
 
 

@@ -81,7 +81,7 @@ def write_synthetic(out: str | os.PathLike, name: str, config: SyntheticConfig |
         for i in range(len(data.records)):
             image_file, mask_file = f"{split}/images/{i:06d}.png", f"{split}/masks/{i:06d}.png"
             Image.fromarray(data.images[i].permute(1, 2, 0).numpy()).save(out / image_file)
-            Image.fromarray(data.masks[i].numpy(), mode="L").save(out / mask_file)
+            Image.fromarray(data.masks[i].numpy()).save(out / mask_file)
             boxes, box_labels = data.records.boxes_of(i)
             entry = {"id": str(data.records.ids[i]), "image": image_file, "mask": mask_file,
                      "labels": np.flatnonzero(data.records.labels[i]).tolist(), "boxes": boxes.tolist(),
@@ -105,12 +105,14 @@ def _records_from_index(path: Path, index: dict[str, Any], split: str, num_class
     for k, entry in enumerate(entries):
         record = f"splits.{split}[{k}]"
         try:
-            lab = np.zeros(num_classes, dtype=bool)
-            lab[np.asarray(entry["labels"], dtype=np.int64)] = True
+            classes = np.asarray(entry["labels"], dtype=np.int64).reshape(-1)
             b = np.asarray(entry["boxes"], dtype=np.float32).reshape(-1, 4)
             bl = np.asarray(entry["box_labels"], dtype=np.int64).reshape(-1)
-            if len(b) != len(bl) or (bl < 0).any() or (bl >= num_classes).any():
-                raise ValueError(f"{len(b)} boxes with box_labels {bl.tolist()} for {num_classes} classes")
+            if len(b) != len(bl) or not all(((c >= 0) & (c < num_classes)).all() for c in (classes, bl)):
+                raise ValueError(f"labels {classes.tolist()}, {len(b)} boxes and box_labels {bl.tolist()} do not fit "
+                                 f"{num_classes} classes")
+            lab = np.zeros(num_classes, dtype=bool)
+            lab[classes] = True
             ids.append(str(entry["id"]))
             files.append(str(entry["image"]))
             masks.append(str(entry.get("mask", "")))
@@ -120,9 +122,11 @@ def _records_from_index(path: Path, index: dict[str, Any], split: str, num_class
         labels.append(lab)
         boxes.append(b)
         box_labels.append(bl)
-    has_groups = any(g >= 0 for g in groups)
+    has_groups = [g >= 0 for g in groups]
+    if any(has_groups) and not all(has_groups):
+        raise DataError(f"{path}: splits.{split}[{has_groups.index(False)}]: no 'group' while other records have one")
     return Records.build(ids, files, np.array(labels, bool).reshape(-1, num_classes), boxes, box_labels,
-                         groups=groups if has_groups else None, mask_files=masks)
+                         groups=groups if any(has_groups) else None, mask_files=masks)
 
 
 def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "train", *, n: int | None = None,
@@ -131,7 +135,7 @@ def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "trai
     """Dataset ``name`` (``synthetic-birds`` / ``synthetic-multilabel``), split ``split``.
 
     ``root=None``: generated in memory with the given parameters (unset ones take :class:`SyntheticConfig`'s
-    defaults; ``n`` images, default per split :data:`~rightreasons.data.synthetic.generate.DEFAULT_SIZES`). ``root`` a directory written by
+    defaults; ``n`` images, by default ``DEFAULT_SIZES[split]``). ``root`` a directory written by
     :func:`write_synthetic` (``root/index.json`` or ``root/<name>/index.json``): read from disk through the
     file-loading path; the generation parameters are then those stored in the index and may not be given.
     ``options`` go to :class:`AnnotatedDataset`.
