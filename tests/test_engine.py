@@ -164,7 +164,7 @@ def test_two_processes_match_one_process(reference_run, tmp_path):
     with the reference run's checkpoint of step 4 (same config, so the same schedule)."""
     (tmp_path / "config.yaml").write_text(BASE)
     _run(["guide", "--config", "config.yaml", "output_dir=ddp", "max_steps=4"], tmp_path,
-         launcher=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"])
+         launcher=[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"])
     reference = load_file(reference_run / "run" / "checkpoints" / "step-000004" / "model.safetensors")
     assert _max_difference(reference, _weights(tmp_path / "ddp")) < 1e-5
 

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from ..engine.trainer import TrainingError
+
 __all__ = ["COMMANDS", "main"]
 
 COMMANDS = [
@@ -17,6 +19,7 @@ COMMANDS = [
     "rightreasons.cli.data",
     "rightreasons.cli.explain",
     "rightreasons.cli.train",
+    "rightreasons.cli.distill",
 ]
 
 
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, KeyError, FileNotFoundError, TypeError) as e:
+    except (ValueError, KeyError, FileNotFoundError, TypeError, TrainingError) as e:
         print(f"rightreasons {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -15,6 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
+from accelerate import PartialState
+
 from ..engine import TrainConfig, load_config, train
 
 
@@ -43,7 +45,8 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + (["guidance.enabled=true"] if args.guided else ["guidance.enabled=false"])
     config = load_config(TrainConfig, args.config, overrides)
     summary = train(config, resume=args.resume)
-    print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
+    if PartialState().is_main_process:
+        print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
     return 0
 
 

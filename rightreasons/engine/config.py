@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -77,10 +78,16 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         return value
     if tp is float:
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-            return float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
+            value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r} ({type(value).__name__})")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the float range
+            number = math.inf
+        if not math.isfinite(number):  # .nan / .inf would only surface later, as NaN losses
+            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+        return number
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{path}: expected an integer, got {value!r} ({type(value).__name__})")
@@ -139,7 +146,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key.path=value")
-        _set_path(data, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as e:  # malformed, or a tag such as !!python/object that the safe loader refuses
+            raise ConfigError(f"override {item!r}: value is not a valid YAML scalar: {e}") from e
+        _set_path(data, key.strip(), value)
     return data
 
 
@@ -151,8 +162,8 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if not path.is_file():
             raise FileNotFoundError(f"config file not found: {path}")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: not valid YAML: {e}") from e
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ from .evaluation import evaluate_classifier, is_multilabel, localization_setting
 from .losses import classification_loss, resolve_classification_loss
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .provenance import provenance
-from .schema import TrainConfig
+from .schema import OptimConfig, TrainConfig
 
 __all__ = ["TrainingError", "Trainer", "train"]
 
@@ -63,15 +65,41 @@ class _Position:
     step: int = 0
 
 
+#: float state tensors per trainable parameter that each optimiser keeps (Adam: two moments; SGD: momentum)
+OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "sgd": 1}
+
+
 def _preflight(output_dir: Path) -> None:
-    """Fail before training when the output directory cannot be written."""
+    """Fail before training when the output directory cannot be created or written (read-only, no permission)."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(output_dir, os.W_OK | os.X_OK):
+            raise PermissionError(f"no write permission for user id {os.getuid()}")
         probe = output_dir / ".write-test"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
         raise TrainingError(f"output directory {output_dir} is not writable: {e}") from e
+
+
+def checkpoint_bytes(model: torch.nn.Module, optim: OptimConfig) -> int:
+    """Estimated size of one checkpoint: the model's state dict plus the optimiser's state
+    (:data:`OPTIMIZER_SLOTS` tensors the size of every trainable parameter; none for SGD without momentum)."""
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    slots = 0 if optim.name == "sgd" and optim.momentum == 0 else OPTIMIZER_SLOTS[optim.name]
+    return weights + slots * trainable
+
+
+def _check_free_space(output_dir: Path, per_checkpoint: int, copies: int) -> None:
+    """Fail before training when ``copies`` checkpoints of ``per_checkpoint`` bytes do not fit on the disk."""
+    needed, free = per_checkpoint * copies, shutil.disk_usage(output_dir).free
+    if needed > free:
+        raise TrainingError(
+            f"not enough free disk space in {output_dir}: a checkpoint takes about {per_checkpoint:,} bytes (weights "
+            f"and optimiser state) and up to checkpoint.keep_last + 2 = {copies} of them may exist at once, "
+            f"{needed:,} bytes in all, but only {free:,} bytes are free; free some space, lower "
+            "checkpoint.keep_last or choose another output_dir")
 
 
 class Trainer:
@@ -103,6 +131,8 @@ class Trainer:
         self.multilabel = is_multilabel(self.train_set)
         self.loss_kind = resolve_classification_loss(config.loss.classification, self.bcos, self.multilabel)
         model = self.build_model()
+        if self.accelerator.is_main_process:
+            _check_free_space(self.output_dir, checkpoint_bytes(model, config.optim), config.checkpoint.keep_last + 2)
         data = config.data
         self.sampler = EpochSampler(len(self.train_set), config.seed)
         loader = DataLoader(self.train_set, batch_size=data.batch_size, sampler=self.sampler, collate_fn=collate,
@@ -249,15 +279,16 @@ class Trainer:
             keep.add(self.checkpoints.name_for(self.best["step"]))
         self.checkpoints.save(self.position.step, self._state(), keep)
 
-    def evaluate(self) -> dict[str, Any]:
-        """Validate the current model on the validation split (all processes) and return the metrics."""
+    def evaluate(self, dataset: Any = None) -> dict[str, Any]:
+        """Validate the current model on ``dataset`` (default: the validation split) on all processes."""
+        dataset = self.val_set if dataset is None else dataset
         model = self.accelerator.unwrap_model(self.model)
         results = evaluate_classifier(
-            model, self.val_set, batch_size=self.config.data.eval_batch_size, device=self.accelerator.device,
+            model, dataset, batch_size=self.config.data.eval_batch_size, device=self.accelerator.device,
             rank=self.accelerator.process_index, world_size=self.accelerator.num_processes,
             method=self.eval_method, layer=self.eval_layer,
             iou_threshold=self.config.eval.iou_threshold,
-            group_names=list(GROUP_NAMES) if self.val_set.groups is not None else None)
+            group_names=list(GROUP_NAMES) if dataset.groups is not None else None)
         model.train()
         return results
 
@@ -337,9 +368,10 @@ class Trainer:
         return summary
 
 
-def train(config: TrainConfig, resume: bool | str = False) -> dict[str, Any]:
-    """Train with ``config``; ``resume=True`` continues from the newest complete checkpoint (or a given path)."""
-    trainer = Trainer(config)
+def train(config: TrainConfig, resume: bool | str = False, trainer_cls: type[Trainer] = Trainer) -> dict[str, Any]:
+    """Train with ``config`` (a ``trainer_cls``, e.g. the distillation trainer); ``resume=True`` continues from the
+    newest complete checkpoint (or a given path), and a fresh run refuses an output directory holding checkpoints."""
+    trainer = trainer_cls(config)
     if resume:
         trainer.resume(None if resume is True else resume)
     elif trainer.checkpoints.latest() is not None:

@@ -1,0 +1,160 @@
+"""``rightreasons distill | cache | analyze shift``: knowledge distillation with e²KD.
+
+    rightreasons distill --config configs/distill/waterbirds_bcos_e2kd.yaml output_dir=runs/e2kd [--resume]
+    rightreasons distill --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml \
+        --frozen runs/cache-dn169
+    rightreasons cache --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml --out runs/cache-dn169
+    rightreasons cache --teacher runs/teacher/model.safetensors --data synthetic-birds --image-size 64 --out DIR
+    rightreasons analyze shift --model teacher=runs/teacher/model.safetensors --model e2kd=runs/e2kd/model.safetensors \
+        --data synthetic-birds --split test --image-size 64 --max-shift 16 --out runs/shift
+
+``distill`` and ``cache`` take ``--config FILE`` plus ``key.path=value`` overrides (validated); under ``accelerate
+launch`` or ``torchrun`` they use every process (``cache`` splits the shards among them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+from accelerate import PartialState
+from torch import nn
+
+from ..engine import load_config
+
+__all__ = ["register"]
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="YAML distillation config (see rightreasons/distill/schema.py)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. distill.temperature=5")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("distill", help="distil a teacher into a student (KD, e²KD, frozen e²KD, AT)")
+    _add_config(p)
+    p.add_argument("--frozen", type=Path, metavar="DIR", help="train on the cached teacher outputs in DIR "
+                                                              "(same as distill.frozen=DIR)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
+                   help="continue from the newest complete checkpoint of output_dir (or the one given)")
+    p.set_defaults(func=run_distill)
+
+    p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image")
+    _add_config(p)
+    p.add_argument("--teacher", help="teacher: a model file written by rightreasons, or a registry name "
+                                     "(teacher.name; weights with teacher.checkpoint=FILE)")
+    p.add_argument("--data", help="dataset name (data.name)")
+    p.add_argument("--root", help="dataset root directory (data.root)")
+    p.add_argument("--split", help="split to cache (data.train_split, default train)")
+    p.add_argument("--image-size", type=int, help="training resolution (data.image_size)")
+    p.add_argument("--out", type=Path, required=True, help="cache directory (a partial cache there is resumed)")
+    p.add_argument("--batch-size", type=int, help="images per teacher call (default data.eval_batch_size)")
+    p.add_argument("--shard-size", type=int, help="images per shard (default: about 256 MiB per shard)")
+    p.set_defaults(func=run_cache)
+
+    p = subparsers.add_parser("analyze", help="analyses of trained models")
+    analyses = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    s = analyses.add_parser("shift", help="explanation similarity under diagonal image shifts, with a plot")
+    s.add_argument("--model", action="append", required=True, metavar="[LABEL=]MODEL",
+                   help="a model file written by rightreasons or a registry name; repeat for several curves")
+    s.add_argument("--data", required=True, help="dataset name")
+    s.add_argument("--root", help="dataset root directory")
+    s.add_argument("--split", default="test", help="split to draw images from (default test)")
+    s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="dataset option (repeatable)")
+    s.add_argument("--image-size", type=int, default=224, help="model input size (default 224)")
+    s.add_argument("--max-shift", type=int, default=32, help="largest diagonal shift in pixels (default 32)")
+    s.add_argument("--num-images", type=int, default=64, help="images to average over (default 64)")
+    s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--explanation", default="auto", choices=["auto", "bcos", "gradcam"],
+                   help="explanation compared (auto: W(x) for B-cos models, GradCAM otherwise)")
+    s.add_argument("--layer", default="final", help="GradCAM layer (default final)")
+    s.add_argument("--out", type=Path, required=True, help="output directory for shift.json and shift.png")
+    s.set_defaults(func=run_shift)
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    from ..distill import DistillConfig, distill
+
+    overrides = list(args.overrides) + ([f"distill.frozen={args.frozen}"] if args.frozen else [])
+    config = load_config(DistillConfig, args.config, overrides)
+    summary = distill(config, resume=args.resume)
+    if PartialState().is_main_process:
+        print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir,
+                          "test": summary.get("test")}))
+    return 0
+
+
+def run_cache(args: argparse.Namespace) -> int:
+    from ..distill import DistillConfig, write_teacher_cache
+
+    overrides = list(args.overrides)
+    if args.teacher:
+        overrides += ([f"teacher.checkpoint={args.teacher}", "teacher.name=null"] if Path(args.teacher).is_file()
+                      else [f"teacher.name={args.teacher}"])
+    for flag, key in ((args.data, "data.name"), (args.root, "data.root"), (args.split, "data.train_split"),
+                      (args.image_size, "data.image_size")):
+        if flag is not None:
+            overrides.append(f"{key}={flag}")
+    config = load_config(DistillConfig, args.config, overrides)
+    manifest = write_teacher_cache(config, args.out, batch_size=args.batch_size, shard_size=args.shard_size,
+                                   progress=True)
+    if PartialState().is_main_process:
+        print(json.dumps({"manifest": str(manifest)}))
+    return 0
+
+
+def _parse_options(items: list[str]) -> dict[str, object]:
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option {item!r} is not of the form KEY=VALUE")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+def _load_model(spec: str) -> tuple[str, nn.Module]:
+    """``[LABEL=]SOURCE``: a model file written by rightreasons or a registry name (label: the file stem or name)."""
+    from ..checkpoints import load_model
+    from ..registry import create_model
+
+    label, sep, source = spec.partition("=")
+    if not sep:
+        label, source = Path(spec).stem if Path(spec).is_file() else spec, spec
+    model = load_model(source) if Path(source).is_file() else create_model(source)
+    return label, model
+
+
+def run_shift(args: argparse.Namespace) -> int:
+    from torch.utils.data import DataLoader, Subset
+
+    from ..data import collate, eval_transform, load_dataset
+    from ..distill import reencode, resolve_kind, save_shift_plot, shift_similarity
+    from ..distill.explanations import is_bcos
+
+    if args.max_shift < 0 or args.num_images < 1:
+        raise ValueError("--max-shift must be >= 0 and --num-images >= 1")
+    canvas = args.image_size + args.max_shift
+    dataset = load_dataset(args.data, args.root, args.split, transform=eval_transform(canvas, encoding="none",
+                                                                                      crop_fraction=1.0),
+                           **_parse_options(args.option))
+    subset = Subset(dataset, range(min(args.num_images, len(dataset))))
+    shifts = list(range(args.max_shift + 1))
+    curves = {}
+    for spec in args.model:
+        label, model = _load_model(spec)
+        bcos = is_bcos(model)
+        kind = resolve_kind(args.explanation, bcos)
+        encoding = "bcos" if bcos else "normalize"
+        batches = (reencode(b["image"], "none", encoding)
+                   for b in DataLoader(subset, batch_size=args.batch_size, collate_fn=collate))
+        curves[label] = shift_similarity(model, batches, args.image_size, shifts, kind, args.layer).tolist()
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"shifts": shifts, "curves": curves, "data": args.data, "split": args.split,
+              "image_size": args.image_size, "images": len(subset)}
+    (args.out / "shift.json").write_text(json.dumps(result, indent=2))
+    save_shift_plot(args.out / "shift.png", shifts, curves, title=f"{args.data} {args.split}: explanation vs shift")
+    print(json.dumps({"json": str(args.out / "shift.json"), "plot": str(args.out / "shift.png")}))
+    return 0

@@ -1,0 +1,382 @@
+"""Frozen teacher outputs for e²KD (thesis §8.1.3): logits and explanations computed once per training image.
+
+Layout of a cache directory::
+
+    manifest.json                  what the cache holds (see below); "complete": true once every shard is written
+    shard-00000.safetensors        "explanations" float16 [n, C, H, W] (each map divided by its max |value|),
+                                   "scales" float32 [n] (that max), "logits" float32 [n, K];
+                                   metadata "ids": JSON list of the n sample ids
+    shard-00000.json               the shard's record: rows, SHA-256, size, shapes (written after the shard)
+
+The explanations are computed on the un-augmented *base view* of each image (:func:`rightreasons.data.base_view`) and
+stored scaled to a maximum magnitude of 1 before the cast to float16, so that no map under- or overflows float16;
+reading multiplies the scale back (``cache[id]`` is ``E`` up to float16 rounding, relative error < 2⁻¹¹ of the
+map's maximum). Logits are few and stay float32. Shards are read lazily and memory-mapped (``safe_open``): an
+explanation is read when a sample needs it; logits and scales are loaded once.
+
+The manifest records the *setting* — teacher (registry name, arguments, SHA-256 of its weights), data (name, root,
+split, options), transform (resolution, crop fraction, the teacher's input encoding) and explanation (kind, layer) —
+plus the image ids (count and SHA-256) and the sharding. A cache whose setting differs from the one asked for is
+refused (:class:`CacheMismatchError`, listing the differing keys), an incomplete one too, and a shard whose size or
+SHA-256 disagrees with its record is named (:class:`CacheCorruptError`).
+
+Writing is resumable and atomic per shard: each shard goes to a temporary file that is fsync'ed, hashed and renamed
+into place, and only then is its record written (atomically). A rerun skips shards that have a record and a file of the
+recorded size, recomputes the others (a killed run leaves at most a temporary file or a shard without a record), and
+finally writes the complete manifest. Several processes can write one cache together (shard ``s`` is written by
+process ``s mod world_size``). Batches never cross shard boundaries, so a resumed run writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
+
+from .. import __version__
+from ..data import collate
+from ..engine.checkpointing import write_json_atomic
+from ..engine.config import diff_configs
+from .explanations import unwrap
+
+__all__ = ["CacheCorruptError", "CacheError", "CacheMismatchError", "ExplanationCache", "MANIFEST",
+           "weights_fingerprint", "write_cache"]
+
+FORMAT, VERSION = "rightreasons-explanation-cache", 1
+MANIFEST = "manifest.json"
+SETTING_KEYS = ("teacher", "data", "transform", "explanation")
+DEFAULT_SHARD_BYTES = 256 * 2 ** 20
+_HASH_CHUNK = 2 ** 22
+
+#: ``explainer(images [N, C, H, W]) -> (logits [N, K], explanations [N, C', H', W'])`` on the teacher's input
+Explainer = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+
+class CacheError(ValueError):
+    """A cache directory that cannot be used; the message names the directory or shard and the problem."""
+
+
+class CacheMismatchError(CacheError):
+    """The cache was written for another teacher, dataset, transform or explanation than the one asked for."""
+
+
+class CacheCorruptError(CacheError):
+    """A shard's size or checksum disagrees with its record (truncated, overwritten or damaged file)."""
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """SHA-256 over the model's state dict (names, dtypes, shapes and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(unwrap(model).state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def _ids_digest(ids: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _shard_name(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CacheError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
+    if not isinstance(data, dict):
+        raise CacheError(f"{path}: expected a JSON object")
+    return data
+
+
+def _mismatch(found: Mapping[str, Any], expected: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
+    return diff_configs({k: found.get(k) for k in keys}, {k: expected.get(k) for k in keys})
+
+
+# ---------------------------------------------------------------------------------------------------------- writing
+def _probe_shard_size(explainer: Explainer, dataset: Any, device: torch.device, target_bytes: int) -> int:
+    """Images per shard so that a shard holds about ``target_bytes`` (one image is explained to learn the shape)."""
+    batch = collate([dataset[0]])
+    logits, explanations = explainer(batch["image"].to(device))
+    per_image = explanations[0].numel() * 2 + logits.shape[1] * 4 + 4
+    return max(1, target_bytes // per_image)
+
+
+def _explain_rows(explainer: Explainer, dataset: Any, rows: range, batch_size: int,
+                  device: torch.device) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+    """Explain dataset rows ``rows``: float16 normalised maps, float32 scales, float32 logits and the ids."""
+    loader = DataLoader(Subset(dataset, list(rows)), batch_size=batch_size, shuffle=False, collate_fn=collate)
+    maps, scales, logits, ids = [], [], [], []
+    for batch in loader:
+        out_logits, explanations = explainer(batch["image"].to(device))
+        explanations = explanations.detach().float().cpu()
+        scale = explanations.flatten(1).abs().amax(1)
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        maps.append((explanations / safe.view(-1, *[1] * (explanations.dim() - 1))).half())
+        scales.append(scale)
+        logits.append(out_logits.detach().float().cpu())
+        ids += [str(i) for i in batch["id"]]
+    return torch.cat(maps), torch.cat(scales), torch.cat(logits), ids
+
+
+def _write_shard(root: Path, index: int, rows: range, maps: Tensor, scales: Tensor, logits: Tensor,
+                 ids: list[str]) -> dict[str, Any]:
+    """Write shard ``index`` atomically (temporary file, fsync, hash, rename), then its record."""
+    name = _shard_name(index)
+    path = root / f"{name}.safetensors"
+    tmp = root / f".{name}.safetensors.tmp"
+    save_file({"explanations": maps.contiguous(), "scales": scales.contiguous(), "logits": logits.contiguous()},
+              str(tmp), metadata={"ids": json.dumps(ids)})
+    _fsync(tmp)
+    record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, "sha256": _file_digest(tmp),
+              "bytes": tmp.stat().st_size, "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
+    os.replace(tmp, path)
+    _fsync(root)
+    write_json_atomic(root / f"{name}.json", record)
+    return record
+
+
+def _finished(root: Path, index: int) -> bool:
+    """Whether shard ``index`` has a record and a file of the recorded size (a complete, renamed shard)."""
+    name = _shard_name(index)
+    record_path, path = root / f"{name}.json", root / f"{name}.safetensors"
+    if not (record_path.is_file() and path.is_file()):
+        return False
+    try:
+        return _read_json(record_path).get("bytes") == path.stat().st_size
+    except CacheError:
+        return False
+
+
+def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, setting: Mapping[str, Any], *,
+                batch_size: int = 64, shard_size: int | None = None, device: torch.device | str = "cpu",
+                rank: int = 0, world_size: int = 1, barrier: Callable[[], None] = lambda: None,
+                target_shard_bytes: int = DEFAULT_SHARD_BYTES, provenance: Mapping[str, Any] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> Path:
+    """Explain every image of ``dataset`` once and store logits and explanations in ``out``; returns the manifest.
+
+    Args:
+        explainer: the teacher's ``images -> (logits, explanations)`` (no graph; see :data:`Explainer`).
+        dataset: samples in the common format whose transform gives the teacher's input on the base view; needs
+            ``ids`` (the sample ids in index order).
+        out: the cache directory (created; a partial cache of the same setting there is resumed).
+        setting: the ``teacher``, ``data``, ``transform`` and ``explanation`` sections recorded and compared.
+        batch_size: images per teacher call (batches stay inside a shard).
+        shard_size: images per shard; ``None`` = about ``target_shard_bytes`` per shard, or the size of the partial
+            cache being resumed.
+        rank, world_size, barrier: this process's share when several processes write together (``barrier``
+            synchronises them); defaults: one process.
+        provenance: extra information recorded but not compared (teacher checkpoint path, ...).
+        progress: called as ``progress(shards_done, shards_total)`` after each shard written by this process.
+
+    Raises:
+        CacheMismatchError: ``out`` holds a cache (partial or complete) of another setting, dataset or sharding.
+    """
+    root = Path(out)
+    missing = [k for k in SETTING_KEYS if k not in setting]
+    if missing:
+        raise ValueError(f"write_cache: setting lacks the sections {missing}")
+    device = torch.device(device)
+    ids = [str(i) for i in dataset.ids]
+    if not ids:
+        raise ValueError("write_cache: the dataset is empty")
+    header: dict[str, Any] = {"format": FORMAT, "version": VERSION, **{k: setting[k] for k in SETTING_KEYS},
+                              "num_images": len(ids), "ids_sha256": _ids_digest(ids)}
+    manifest_path = root / MANIFEST
+    existing = _read_json(manifest_path) if manifest_path.is_file() else None
+    if existing is not None:
+        keys = ("format", "version", *SETTING_KEYS, "num_images", "ids_sha256")
+        differing = _mismatch(existing, header, keys)
+        if shard_size is not None and existing.get("shard_size") != shard_size:
+            differing.append(f"shard_size: {existing.get('shard_size')!r} != {shard_size!r}")
+        if differing:
+            raise CacheMismatchError(f"{root} already holds a cache of another setting; differing keys: "
+                                     + "; ".join(differing) + ". Choose another output directory or delete it.")
+        if existing.get("complete"):
+            return manifest_path
+        shard_size = int(existing["shard_size"])
+    elif shard_size is None:
+        shard_size = _probe_shard_size(explainer, dataset, device, target_shard_bytes)
+    if shard_size < 1:
+        raise ValueError(f"write_cache: shard_size must be >= 1, got {shard_size}")
+    num_shards = math.ceil(len(ids) / shard_size)
+    header.update(shard_size=shard_size, num_shards=num_shards, complete=False,
+                  provenance={"rightreasons": __version__, **(provenance or {})})
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if existing is None:
+            write_json_atomic(manifest_path, header)
+    barrier()
+    mine = [s for s in range(num_shards) if s % world_size == rank]
+    for done, s in enumerate(mine, 1):
+        if not _finished(root, s):
+            rows = range(s * shard_size, min(len(ids), (s + 1) * shard_size))
+            maps, scales, logits, shard_ids = _explain_rows(explainer, dataset, rows, batch_size, device)
+            if shard_ids != ids[rows.start:rows.stop]:
+                raise CacheError(f"{root}: dataset returned ids {shard_ids[:3]}... for rows {rows.start}–"
+                                 f"{rows.stop - 1}, expected {ids[rows.start:rows.start + 3]}...")
+            _write_shard(root, s, rows, maps, scales, logits, shard_ids)
+        if progress is not None:
+            progress(done, len(mine))
+    barrier()
+    if rank == 0:
+        records = [_read_json(root / f"{_shard_name(s)}.json") for s in range(num_shards)]
+        shapes = {tuple(r["explanation_shape"]) for r in records}
+        classes = {r["num_classes"] for r in records}
+        if len(shapes) != 1 or len(classes) != 1:
+            raise CacheError(f"{root}: shards disagree on explanation shape {sorted(shapes)} or class count "
+                             f"{sorted(classes)}")
+        write_json_atomic(manifest_path, {**header, "explanation_shape": list(shapes.pop()),
+                                          "num_classes": classes.pop(), "shards": records, "complete": True})
+    barrier()
+    return manifest_path
+
+
+# ---------------------------------------------------------------------------------------------------------- reading
+class ExplanationCache(Mapping[str, Tensor]):
+    """A complete cache directory, read lazily: ``cache[id]`` is the float32 explanation ``[C, H, W]`` of sample
+    ``id`` (a memory-mapped read of one row), :meth:`logits` the cached teacher logits of a list of ids.
+
+    Opening checks format, completeness, every shard's size and (with ``verify=True``) SHA-256, and the ids; use it as
+    the ``explanations`` mapping of :func:`rightreasons.data.train_transform`. It pickles without its open files, so
+    DataLoader workers reopen shards on first use.
+    """
+
+    def __init__(self, root: str | os.PathLike, verify: bool = True) -> None:
+        self.root = Path(root)
+        path = self.root / MANIFEST
+        if not path.is_file():
+            raise CacheError(f"{self.root}: not an explanation cache (no {MANIFEST}); write one with "
+                             "`rightreasons cache --out DIR`")
+        manifest = _read_json(path)
+        if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+            raise CacheError(f"{path}: not a {FORMAT} manifest of version {VERSION} (format "
+                             f"{manifest.get('format')!r}, version {manifest.get('version')!r})")
+        if not manifest.get("complete"):
+            raise CacheError(f"{self.root}: the cache is incomplete (its writing was interrupted); rerun the same "
+                             "`rightreasons cache` command to finish it")
+        self.manifest = manifest
+        self.shards: list[dict[str, Any]] = manifest["shards"]
+        ids: list[str] = []
+        for record in self.shards:
+            ids += self._check_shard(record, verify)
+        if len(ids) != manifest["num_images"] or _ids_digest(ids) != manifest["ids_sha256"]:
+            raise CacheCorruptError(f"{self.root}: the shards hold {len(ids)} ids that do not match the manifest's "
+                                    f"{manifest['num_images']} (ids_sha256)")
+        self.ids = ids
+        self._row = {sample_id: (s, r) for s, record in enumerate(self.shards)
+                     for r, sample_id in enumerate(ids[record["start"]:record["stop"]])}
+        self._logits = torch.cat([self._tensor(s, "logits") for s in range(len(self.shards))])
+        self._scales = torch.cat([self._tensor(s, "scales") for s in range(len(self.shards))])
+        self._handles: dict[int, Any] = {}
+
+    # ---- checks
+    def _shard_path(self, record: Mapping[str, Any]) -> Path:
+        return self.root / record["file"]
+
+    def _check_shard(self, record: Mapping[str, Any], verify: bool) -> list[str]:
+        """The shard's ids, after checking its size (and SHA-256 with ``verify``) against its record."""
+        path = self._shard_path(record)
+        if not path.is_file():
+            raise CacheCorruptError(f"{path}: shard missing from the cache directory")
+        size = path.stat().st_size
+        if size != record["bytes"]:
+            raise CacheCorruptError(f"{path}: shard has {size} bytes, its record says {record['bytes']} "
+                                    "(truncated or overwritten); rewrite the cache")
+        if verify and _file_digest(path) != record["sha256"]:
+            raise CacheCorruptError(f"{path}: shard checksum (SHA-256) does not match its record: the file is "
+                                    "corrupt; rewrite the cache")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                ids = json.loads((f.metadata() or {})["ids"])
+        except (SafetensorError, KeyError, json.JSONDecodeError) as e:
+            raise CacheCorruptError(f"{path}: unreadable shard ({type(e).__name__}: {e})") from e
+        if len(ids) != record["stop"] - record["start"]:
+            raise CacheCorruptError(f"{path}: shard holds {len(ids)} ids, its record says "
+                                    f"{record['stop'] - record['start']}")
+        return [str(i) for i in ids]
+
+    def check_setting(self, expected: Mapping[str, Any]) -> None:
+        """Refuse the cache unless its teacher, data, transform and explanation sections equal ``expected``'s."""
+        differing = _mismatch(self.manifest, expected, SETTING_KEYS)
+        if differing:
+            raise CacheMismatchError(f"{self.root}: the cache was written for another setting (stale or wrong "
+                                     "cache); differing keys: " + "; ".join(differing)
+                                     + ". Write a new one with `rightreasons cache`.")
+
+    def check_ids(self, ids: Sequence[str]) -> None:
+        """Refuse the cache unless it holds every id in ``ids``."""
+        missing = [i for i in ids if i not in self._row]
+        if missing:
+            raise CacheMismatchError(f"{self.root}: no cached explanation for {len(missing)} of the {len(ids)} "
+                                     f"training images (e.g. {missing[:5]})")
+
+    # ---- access
+    def _open(self, shard: int) -> Any:
+        handle = self._handles.get(shard)
+        if handle is None:
+            handle = self._handles[shard] = safe_open(str(self._shard_path(self.shards[shard])), framework="pt")
+        return handle
+
+    def _tensor(self, shard: int, name: str) -> Tensor:
+        with safe_open(str(self._shard_path(self.shards[shard])), framework="pt") as f:
+            return f.get_tensor(name)
+
+    def __getitem__(self, sample_id: str) -> Tensor:
+        shard, row = self._row[sample_id]
+        stored = self._open(shard).get_slice("explanations")[row:row + 1][0]
+        start = self.shards[shard]["start"]
+        return stored.float() * self._scales[start + row]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, sample_id: object) -> bool:
+        return sample_id in self._row
+
+    def logits(self, ids: Sequence[str]) -> Tensor:
+        """The cached teacher logits ``[N, K]`` (float32) of samples ``ids``."""
+        try:
+            rows = [self.shards[s]["start"] + r for s, r in (self._row[i] for i in ids)]
+        except KeyError as e:
+            raise CacheMismatchError(f"{self.root}: no cached logits for sample {e.args[0]!r}") from None
+        return self._logits[rows]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_handles": {}}
+
+    def __repr__(self) -> str:
+        return (f"ExplanationCache({str(self.root)!r}, {len(self)} images, explanations "
+                f"{self.manifest['explanation_shape']}, teacher {self.manifest['teacher'].get('name')!r})")

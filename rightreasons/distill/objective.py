@@ -1,0 +1,123 @@
+"""The student's objective in one distillation step (thesis eq. 8.2)::
+
+    L = w_logit · L_KD  +  λ · (1 − cos(E_T, E_S))  +  w_gt · L_class  +  w_AT · L_AT
+
+with the explanations taken for the teacher's top-1 class. ``λ = 0`` is plain KD (the baseline), ``λ > 0`` e²KD;
+the released e²KD configs put no weight on the ground truth (``w_gt = 0``); the attention-transfer baseline follows its
+paper with ground truth and AT (``w_logit = 0``, ``w_gt = 1``, ``w_AT = 1000``).
+
+The student runs one forward pass: with ``λ > 0`` it is the forward of :func:`model_explanation` with
+``create_graph=True``, whose logits also feed the KD and ground-truth terms, so the whole objective needs a single
+``backward``. The teacher's part (logits, explanations, features) comes in as detached :class:`TeacherOutputs`,
+computed live or read from a cache of frozen explanations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor, nn
+
+from .explanations import ExplanationKind, TeacherOutputs, capture_features, model_explanation
+from .losses import attention_transfer_loss, explanation_loss, kd_loss, multilabel_kd_loss
+
+__all__ = ["DistillObjective", "DistillOutput"]
+
+LOGIT_LOSSES: dict[str, Callable[[Tensor, Tensor, float], Tensor]] = {
+    "kd": kd_loss, "multilabel": multilabel_kd_loss}
+
+
+@dataclass
+class DistillOutput:
+    """What :class:`DistillObjective` returns: the named terms (unweighted, for logging), the weighted total to
+    back-propagate, the student's logits ``[N, K]`` and its explanations (``None`` without the e²KD term)."""
+
+    terms: dict[str, Tensor]
+    total: Tensor
+    logits: Tensor
+    explanations: Tensor | None
+
+
+@dataclass
+class DistillObjective:
+    """The loss of a distillation step.
+
+    Args:
+        kind: explanation kind compared by the e²KD term (``bcos``, ``gradcam``; ``none`` forbids ``λ > 0``).
+        layer: GradCAM layer (``final`` = the last stage).
+        logit_loss: ``kd`` (softmax KD) or ``multilabel`` (per-class binary KD).
+        temperature: τ of the logit loss.
+        logit_weight, explanation_weight, gt_weight, at_weight: the weights of the four terms.
+        at_layers: student/teacher layers matched by attention transfer.
+        classification: ``(logits, labels) -> loss`` for the ground-truth term (needed when ``gt_weight > 0``).
+    """
+
+    kind: ExplanationKind = "bcos"
+    layer: str = "final"
+    logit_loss: Literal["kd", "multilabel"] = "kd"
+    temperature: float = 1.0
+    logit_weight: float = 1.0
+    explanation_weight: float = 1.0
+    gt_weight: float = 0.0
+    at_weight: float = 0.0
+    at_layers: Sequence[str] = ("mid1", "mid2", "mid3", "final")
+    classification: Callable[[Tensor, Tensor], Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.logit_loss not in LOGIT_LOSSES:
+            raise ValueError(f"unknown logit loss {self.logit_loss!r}; expected one of {list(LOGIT_LOSSES)}")
+        weights = {"logit_weight": self.logit_weight, "explanation_weight": self.explanation_weight,
+                   "gt_weight": self.gt_weight, "at_weight": self.at_weight}
+        negative = {k: v for k, v in weights.items() if not v >= 0}
+        if negative:
+            raise ValueError(f"distillation loss weights must be >= 0, got {negative}")
+        if self.explanation_weight > 0 and self.kind not in ("bcos", "gradcam"):
+            raise ValueError(f"the e²KD term (explanation_weight={self.explanation_weight}) needs explanation kind "
+                             f"'bcos' or 'gradcam', got {self.kind!r}")
+        if self.gt_weight > 0 and self.classification is None:
+            raise ValueError("gt_weight > 0 needs a classification loss function")
+        if self.at_weight > 0 and not self.at_layers:
+            raise ValueError("at_weight > 0 needs at least one layer in at_layers")
+
+    @property
+    def needs_teacher_explanations(self) -> bool:
+        return self.explanation_weight > 0
+
+    @property
+    def teacher_at_layers(self) -> tuple[str, ...]:
+        """The teacher layers whose features the step needs (empty without attention transfer)."""
+        return tuple(self.at_layers) if self.at_weight > 0 else ()
+
+    def __call__(self, student: nn.Module, images: Tensor, teacher: TeacherOutputs,
+                 labels: Tensor | None = None) -> DistillOutput:
+        """The objective of ``student`` on ``images [N, C, H, W]`` (its own encoding) given the teacher's outputs
+        on the same images; ``labels [N, K]`` feed the ground-truth term."""
+        if self.needs_teacher_explanations and teacher.explanations is None:
+            raise ValueError("the e²KD term needs the teacher's explanations, but TeacherOutputs.explanations is None")
+        if self.at_weight > 0 and len(teacher.features) != len(self.at_layers):
+            raise ValueError(f"attention transfer needs teacher features of {list(self.at_layers)}, got "
+                             f"{len(teacher.features)}")
+        hooks = capture_features(student, self.at_layers) if self.at_weight > 0 else nullcontext([])
+        with hooks as features:
+            if self.needs_teacher_explanations:
+                logits, explanations = model_explanation(student, images, teacher.target, self.kind, self.layer,
+                                                         create_graph=True)
+            else:
+                logits, explanations = student(images), None
+        terms = {"kd": LOGIT_LOSSES[self.logit_loss](logits, teacher.logits, self.temperature)}
+        total = self.logit_weight * terms["kd"]
+        if explanations is not None:
+            terms["explanation"] = explanation_loss(teacher.explanations, explanations)
+            total = total + self.explanation_weight * terms["explanation"]
+        if self.gt_weight > 0:
+            if labels is None:
+                raise ValueError("gt_weight > 0 needs the batch's labels")
+            terms["classification"] = self.classification(logits.float(), labels)
+            total = total + self.gt_weight * terms["classification"]
+        if self.at_weight > 0:
+            terms["attention"] = attention_transfer_loss(features, teacher.features)
+            total = total + self.at_weight * terms["attention"]
+        return DistillOutput(terms=terms, total=total, logits=logits, explanations=explanations)
