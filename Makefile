@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench clean
+.PHONY: install test demo bench clean
 
 install: $(STAMP)
 
@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
+
+demo: $(STAMP)
+	$(PY) -m rightreasons demo
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py

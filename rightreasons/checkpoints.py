@@ -54,10 +54,10 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, Tensor], dict[str, str]
         pass
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{path}: refused to load: the file is not a plain weights file "
-                              f"(it asks to construct Python objects, which weights_only loading forbids): {e}") from e
-    except Exception as e:  # truncated zip, not a checkpoint at all, ...
+    except Exception as e:  # a pickle that would construct objects, a truncated zip, not a checkpoint at all, ...
+        if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):  # a class or function to call
+            raise CheckpointError(f"{path}: refused to load: the file is not a plain weights file (it asks to "
+                                  f"construct Python objects, which weights_only loading forbids): {e}") from e
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or not a torch/safetensors file): {e}") from e
     return _unwrap(obj, path), {}
 
@@ -77,22 +77,21 @@ def _unwrap(obj: Any, path: Path) -> dict[str, Tensor]:
 
 
 def _strip_wrappers(state: dict[str, Tensor], wanted: set[str], ema: bool) -> dict[str, Tensor]:
-    """Repeatedly strip the wrapper prefix that best matches the model's keys (handles ``model.0.`` and the like).
+    """Strip the chain of wrapper prefixes that best matches the model's keys (handles ``model.0.`` and the like).
 
-    When a Lightning checkpoint holds both the model (``model.``) and its EMA (``ema.module.``), ``ema`` picks which.
+    Every chain is tried (stripping ``model.`` alone matches nothing in ``model.0.*``; only both together do). When a
+    Lightning checkpoint holds both the model (``model.``) and its EMA (``ema.module.``), ``ema`` picks which.
     """
-    preferred = ("ema.module." if ema else "model.",)
-    while True:
-        score = len(wanted.intersection(state))
-        best, best_score = None, score
-        for prefix in preferred + WRAPPER_PREFIXES:
-            candidate = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-            s = len(wanted.intersection(candidate))
-            if s > best_score:
-                best, best_score = candidate, s
-        if best is None:
-            return state
-        state = best
+    best, best_score = state, len(wanted.intersection(state))
+    for prefix in dict.fromkeys(("ema.module." if ema else "model.",) + WRAPPER_PREFIXES):
+        candidate = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if not candidate:
+            continue
+        candidate = _strip_wrappers(candidate, wanted, ema)
+        score = len(wanted.intersection(candidate))
+        if score > best_score:
+            best, best_score = candidate, score
+    return best
 
 
 def _listing(keys: list[str]) -> str:
@@ -128,6 +127,8 @@ def load_weights(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
     else:
         state = _unwrap(source, Path(name))
     own = model.state_dict()
+    if ema and not any(k.startswith("ema.module.") for k in state):
+        raise CheckpointError(f"{name}: ema=True, but the file holds no EMA weights (no 'ema.module.' keys)")
     state = _strip_wrappers(state, set(own), ema)
 
     dropped: list[str] = []

@@ -45,7 +45,7 @@ from torch.utils.data import DataLoader, Subset
 
 from .. import __version__
 from ..data import collate
-from ..engine.checkpointing import write_json_atomic
+from ..engine.checkpointing import fsync_path, write_json_atomic
 from ..engine.config import diff_configs
 from .explanations import unwrap
 
@@ -94,14 +94,6 @@ def _file_digest(path: Path) -> str:
         while chunk := f.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _shard_name(index: int) -> str:
@@ -156,11 +148,11 @@ def _write_shard(root: Path, index: int, rows: range, maps: Tensor, scales: Tens
     tmp = root / f".{name}.safetensors.tmp"
     save_file({"explanations": maps.contiguous(), "scales": scales.contiguous(), "logits": logits.contiguous()},
               str(tmp), metadata={"ids": json.dumps(ids)})
-    _fsync(tmp)
+    fsync_path(tmp)
     record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, "sha256": _file_digest(tmp),
               "bytes": tmp.stat().st_size, "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
     os.replace(tmp, path)
-    _fsync(root)
+    fsync_path(root)
     write_json_atomic(root / f"{name}.json", record)
     return record
 

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from accelerate import Accelerator
 
-__all__ = ["CheckpointManager", "STATE_FILE", "write_json_atomic"]
+__all__ = ["CheckpointManager", "STATE_FILE", "fsync_path", "write_json_atomic"]
 
 STATE_FILE = "trainer_state.json"
 _NAME = re.compile(r"^step-(\d+)$")
@@ -41,7 +41,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file or directory entry to disk (after a rename, fsync the parent directory)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -93,7 +94,7 @@ class CheckpointManager:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.root)
+            fsync_path(self.root)
             self.prune(set(protect) | {name})
         self.accelerator.wait_for_everyone()
         return final
