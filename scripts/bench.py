@@ -144,6 +144,59 @@ def explain_batched(settings: Settings) -> Row:
                                          "ratio = median(reference / ours)")
 
 
+def saved_tensor_bytes(step: Callable[[], object]) -> int:
+    """Bytes of the distinct tensors autograd saves for backward during ``step``: the activation memory of a
+    training step, which dominates its peak memory (measurable on CPU, where no allocator statistics exist)."""
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        seen[(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return sum(seen.values())
+
+
+def _guidance_step(layer: str, quick: bool) -> Callable[[Settings], Row]:
+    def run(settings: Settings) -> Row:
+        from rightreasons.guidance import GuidanceObjective
+
+        batch, size, repeats, warmup = (2, 32, 2, 1) if quick or settings.quick else (8, 64, 10, 2)
+        model = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
+        x = torch.rand(batch, 6, size, size, device=settings.device)
+        labels = F.one_hot(torch.arange(batch) % 20, 20).float().to(settings.device)
+        boxes = [torch.tensor([[size / 4, size / 4, 3 * size / 4, 3 * size / 4]]) for _ in range(batch)]
+        box_labels = [torch.tensor([n % 20]) for n in range(batch)]
+        has_boxes = torch.ones(batch, dtype=torch.bool)
+        objective = GuidanceObjective("bcos", layer, "energy")
+
+        def plain() -> None:
+            model.zero_grad(set_to_none=True)
+            F.binary_cross_entropy_with_logits(model(x), labels).backward()
+
+        def guided() -> None:
+            model.zero_grad(set_to_none=True)
+            out = objective(model, x, labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
+            (F.binary_cross_entropy_with_logits(out.logits, labels) + 1e-3 * out.loss).backward()
+
+        times = alternate({"guided": guided, "plain": plain}, settings, repeats, warmup)
+        ratio = statistics.median(g / p for g, p in zip(times["guided"], times["plain"]))
+        target = {"input": 3.0, "mid2": 2.0, "final": 1.3}[layer]
+        memory = saved_tensor_bytes(guided) / saved_tensor_bytes(plain)
+        return Row(f"guidance-step-{layer}", statistics.median(times["guided"]), statistics.median(times["plain"]),
+                   ratio, f"<= {target}", ratio <= target,
+                   f"B-cos ResNet-50, train mode, batch {batch}x6x{size}x{size}: BCE + Energy on B-cos contributions at "
+                   f"{layer} (ours) vs BCE alone (reference), {repeats} alternating repeats; ratio = median(guided / "
+                   f"plain); memory saved for backward {saved_tensor_bytes(guided) / 2**20:.0f} MiB vs "
+                   f"{saved_tensor_bytes(plain) / 2**20:.0f} MiB ({memory:.2f}x)")
+    return run
+
+
+for _layer in ("input", "mid2", "final"):
+    section(f"guidance-step-{_layer}")(_guidance_step(_layer, quick=False))
+
+
 def markdown(rows: list[Row]) -> str:
     lines = ["| section | ours (s) | reference (s) | ratio | target | pass/fail |", "|---|---|---|---|---|---|"]
     lines += [f"| {r.section} | {r.ours_s:.4f} | {r.reference_s:.4f} | {r.ratio:.3f} | {r.target} | "

@@ -111,7 +111,10 @@ def _parse_options(items: list[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--option {item!r} is not of the form KEY=VALUE")
-        options[key] = yaml.safe_load(value)
+        try:
+            options[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--option {item!r}: the value is not a valid YAML scalar: {e}") from e
     return options
 
 

@@ -31,7 +31,7 @@ from pycocotools.coco import COCO
 from .base import AnnotatedDataset, Records
 from .boxes import check_boxes
 from .errors import DataError
-from .io import require_dir, require_file
+from .io import read_text, relative_path, require_dir, require_file
 
 __all__ = ["COCO2014", "COCO_SPLITS", "CROWD_POLICIES", "load_coco"]
 
@@ -42,10 +42,9 @@ COCO_SPLITS = ("train", "val")
 def load_coco(path: Path) -> COCO:
     """Parse an instances JSON into a pycocotools index (quietly), with errors that name the file."""
     try:
-        with path.open() as f:
-            dataset = json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: malformed JSON: {e}") from e
+        dataset = json.loads(read_text(path, "COCO annotation file"))
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise DataError(f"{path}: malformed JSON: {type(e).__name__}: {e}") from e
     if not isinstance(dataset, dict):
         raise DataError(f"{path}: expected a JSON object with 'images', 'annotations', 'categories'")
     missing = [k for k in ("images", "annotations", "categories") if k not in dataset]
@@ -58,6 +57,12 @@ def load_coco(path: Path) -> COCO:
             coco.createIndex()
     except (KeyError, TypeError) as e:
         raise DataError(f"{path}: malformed COCO record (missing or invalid key {e})") from e
+    for kind, index in (("images", coco.imgs), ("categories", coco.cats)):
+        for k, record in enumerate(dataset[kind]):
+            if isinstance(record["id"], bool) or not isinstance(record["id"], int):
+                raise DataError(f"{path}: {kind}[{k}]: id {record['id']!r} is not an integer")
+        if len(index) != len(dataset[kind]):  # pycocotools would silently keep only the last record of an id
+            raise DataError(f"{path}: {kind}: {len(dataset[kind]) - len(index)} repeated id(s); ids must be unique")
     return coco
 
 
@@ -65,6 +70,24 @@ def _field(record: dict, key: str, path: Path, what: str):
     if not isinstance(record, dict) or key not in record:
         raise DataError(f"{path}: {what}: missing key '{key}'")
     return record[key]
+
+
+def _as_float(value: object) -> float | None:
+    """``value`` as a float when it is a JSON number that a float can hold, else None (strings, bools, lists...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _dimension(record: dict, key: str, path: Path, what: str) -> int:
+    value = _field(record, key, path, what)
+    number = _as_float(value)
+    if number is None or not (1 <= number < 2 ** 31 and number.is_integer()):
+        raise DataError(f"{path}: {what}: {key} is {value!r}, expected a positive integer")
+    return int(number)
 
 
 class COCO2014(AnnotatedDataset):
@@ -90,8 +113,8 @@ class COCO2014(AnnotatedDataset):
         for img_id in sorted(coco.getImgIds()):
             img = coco.imgs[img_id]
             what = f"image {img_id}"
-            file_name = str(_field(img, "file_name", ann_path, what))
-            canvas = (int(_field(img, "height", ann_path, what)), int(_field(img, "width", ann_path, what)))
+            file_name = relative_path(_field(img, "file_name", ann_path, what), f"{ann_path}: {what}")
+            canvas = (_dimension(img, "height", ann_path, what), _dimension(img, "width", ann_path, what))
             label = np.zeros(len(cat_ids), dtype=bool)
             b, bl, names = [], [], []
             for ann in coco.imgToAnns.get(img_id, []):
@@ -100,6 +123,8 @@ class COCO2014(AnnotatedDataset):
                 if cat not in contiguous:
                     raise DataError(f"{ann_path}: {ann_what}: unknown category_id {cat!r}; the file defines "
                                     f"{len(cat_ids)} categories with ids {cat_ids[:5]}...")
+                if ann.get("iscrowd", 0) not in (0, 1):
+                    raise DataError(f"{ann_path}: {ann_what}: iscrowd is {ann['iscrowd']!r}, expected 0 or 1")
                 is_crowd = bool(ann.get("iscrowd", 0))
                 if is_crowd and crowd == "ignore":
                     continue
@@ -107,9 +132,10 @@ class COCO2014(AnnotatedDataset):
                 if is_crowd and crowd == "label":
                     continue
                 bbox = _field(ann, "bbox", ann_path, ann_what)
-                if not isinstance(bbox, list) or len(bbox) != 4:
-                    raise DataError(f"{ann_path}: {ann_what}: bbox {bbox!r} is not [x, y, w, h]")
-                x, y, w, h = (float(v) for v in bbox)
+                numbers = [_as_float(v) for v in bbox] if isinstance(bbox, list) else []
+                if len(numbers) != 4 or None in numbers:
+                    raise DataError(f"{ann_path}: {ann_what}: bbox {bbox!r} is not [x, y, w, h] (four numbers)")
+                x, y, w, h = numbers
                 b.append([x, y, x + w, y + h])
                 bl.append(contiguous[cat])
                 names.append(ann_what)

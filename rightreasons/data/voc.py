@@ -24,7 +24,7 @@ import numpy as np
 from .base import AnnotatedDataset, Records
 from .boxes import check_boxes
 from .errors import DataError
-from .io import require_dir, require_file
+from .io import read_text, relative_path, require_dir, require_file
 
 __all__ = ["VOC_CLASSES", "VOC2007", "parse_voc_xml", "voc_root"]
 
@@ -57,19 +57,26 @@ def _number(node: ET.Element, tag: str, path: Path, record: str) -> float:
         raise DataError(f"{path}: {record}: <{tag}> is {value!r}, expected a number") from None
 
 
+def _dimension(size: ET.Element, tag: str, path: Path) -> int:
+    value = _number(size, tag, path, "size")
+    if not (1 <= value < 2 ** 31 and value.is_integer()):  # also refuses nan and inf
+        raise DataError(f"{path}: size: <{tag}> is {value!r}, expected a positive integer")
+    return int(value)
+
+
 def parse_voc_xml(path: Path, *, use_difficult: bool = True, box_policy: str = "clip"
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Parse one annotation file into ``boxes [B, 4]`` XYXY (checked against the recorded image size),
     ``box_labels [B]`` and the bool ``labels [20]`` of the image."""
     try:
         tree = ET.parse(path)
-    except ET.ParseError as e:
+    except (ET.ParseError, ValueError, LookupError) as e:  # also unsupported or unknown declared encodings
         raise DataError(f"{path}: malformed XML: {e}") from e
     ann = tree.getroot()
     size = ann.find("size")
     if size is None:
         raise DataError(f"{path}: annotation: missing <size>")
-    canvas = (int(_number(size, "height", path, "size")), int(_number(size, "width", path, "size")))
+    canvas = (_dimension(size, "height", path), _dimension(size, "width", path))
     boxes, box_labels, names = [], [], []
     for i, obj in enumerate(ann.findall("object")):
         record = f"object {i}"
@@ -96,11 +103,14 @@ def parse_voc_xml(path: Path, *, use_difficult: bool = True, box_policy: str = "
 def _read_split(root: Path, split: str) -> list[str]:
     if split not in VOC_SPLITS:
         raise ValueError(f"unknown VOC split {split!r}; expected one of {', '.join(VOC_SPLITS)}")
-    path = require_file(root / "ImageSets" / "Main" / f"{split}.txt", f"VOC image set '{split}'")
-    ids = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    bad = [i for i in ids if len(i.split()) != 1]
-    if bad:
-        raise DataError(f"{path}: line {ids.index(bad[0]) + 1}: {bad[0]!r} is not a single image id")
+    path = root / "ImageSets" / "Main" / f"{split}.txt"
+    lines = [(n, line.strip()) for n, line in enumerate(read_text(path, f"VOC image set '{split}'").splitlines(), 1)
+             if line.strip()]
+    for n, image_id in lines:
+        if len(image_id.split()) != 1:
+            raise DataError(f"{path}: line {n}: {image_id!r} is not a single image id")
+        relative_path(image_id, f"{path}: line {n}")
+    ids = [image_id for _, image_id in lines]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"{path}: image id {dup!r} is listed twice")

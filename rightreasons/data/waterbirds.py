@@ -26,6 +26,8 @@ split, so that model selection does not see the test distribution; ``train_like_
 from __future__ import annotations
 
 import csv
+import io
+import math
 import os
 from pathlib import Path
 
@@ -34,7 +36,7 @@ import numpy as np
 from .base import AnnotatedDataset, Records
 from .boxes import check_boxes, complement_boxes
 from .errors import DataError
-from .io import require_dir, require_file
+from .io import read_text, relative_path, require_dir, require_file
 
 __all__ = ["GROUP_NAMES", "WATERBIRDS_TASKS", "Waterbirds100", "read_box_file", "read_metadata"]
 
@@ -46,24 +48,26 @@ BOX_COLUMNS = ("img_filename", "x1", "y1", "x2", "y2")
 
 def _rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) pairs of a CSV file with the ``required`` columns."""
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
+    reader = csv.DictReader(io.StringIO(read_text(path, "CSV file"), newline=""))
+    try:
         columns = reader.fieldnames or []
         missing = [c for c in required if c not in columns]
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
-        try:
-            return [(reader.line_num, row) for row in reader]
-        except csv.Error as e:
-            raise DataError(f"{path}: line {reader.line_num}: malformed CSV: {e}") from e
+        return [(reader.line_num, row) for row in reader]
+    except csv.Error as e:
+        raise DataError(f"{path}: line {reader.line_num + 1}: malformed CSV: {e}") from e
 
 
 def _int(row: dict[str, str], key: str, allowed: tuple[int, ...], path: Path, line: int) -> int:
     value = (row.get(key) or "").strip()
     try:
-        number = int(float(value))
+        number = float(value)
     except ValueError:
-        raise DataError(f"{path}: line {line}: {key}={value!r} is not an integer") from None
+        number = math.nan
+    if not number.is_integer():  # also nan and inf
+        raise DataError(f"{path}: line {line}: {key}={value!r} is not an integer")
+    number = int(number)
     if number not in allowed:
         raise DataError(f"{path}: line {line}: {key}={number}; expected one of {allowed}")
     return number
@@ -76,6 +80,7 @@ def read_metadata(path: Path) -> list[tuple[str, int, int, int]]:
         name = (row["img_filename"] or "").strip()
         if not name or name in seen:
             raise DataError(f"{path}: line {line}: {'empty' if not name else 'repeated'} img_filename {name!r}")
+        relative_path(name, f"{path}: line {line}")
         seen.add(name)
         out.append((name, _int(row, "y", (0, 1), path, line), _int(row, "place", (0, 1), path, line),
                     _int(row, "split", (0, 1, 2), path, line)))

@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader, Subset
 
 from .. import __version__
 from ..data import collate
+from ..data.io import relative_path
 from ..engine.checkpointing import fsync_path, write_json_atomic
 from ..engine.config import diff_configs
 from .explanations import unwrap
@@ -293,7 +294,7 @@ class ExplanationCache(Mapping[str, Tensor]):
 
     # ---- checks
     def _shard_path(self, record: Mapping[str, Any]) -> Path:
-        return self.root / record["file"]
+        return self.root / relative_path(record["file"], f"{self.root / MANIFEST}: shard record")
 
     def _check_shard(self, record: Mapping[str, Any], verify: bool) -> list[str]:
         """The shard's ids, after checking its size (and SHA-256 with ``verify``) against its record."""

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
 from accelerate import Accelerator
+
+from ..checkpoints import CheckpointError
 
 __all__ = ["CheckpointManager", "STATE_FILE", "fsync_path", "write_json_atomic"]
 
@@ -114,5 +117,9 @@ class CheckpointManager:
         if not state_file.is_file():
             raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE}); "
                                     f"complete ones: {[p.name for p in self.complete()]}")
-        self.accelerator.load_state(str(path))
+        try:
+            self.accelerator.load_state(str(path))
+        except (pickle.UnpicklingError, RuntimeError, OSError) as e:
+            raise CheckpointError(f"{path}: cannot restore the training state (corrupt, truncated or not written by "
+                                  f"rightreasons; files load with weights_only=True): {e}") from e
         return json.loads(state_file.read_text())

@@ -25,6 +25,11 @@ T = TypeVar("T")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
+#: what ``yaml.safe_load`` raises on bad input: YAMLError, and ValueError / TypeError / IndexError from its scalar
+#: constructors (e.g. for ``!!float x`` or an empty ``!!float``)
+_YAML_ERRORS = (yaml.YAMLError, ValueError, TypeError, IndexError)
+
+
 class ConfigError(ValueError):
     """A config value or key that does not fit the schema; the message names the key path and what was expected."""
 
@@ -148,7 +153,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             raise ConfigError(f"override {item!r} is not of the form key.path=value")
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as e:  # malformed, or a tag such as !!python/object that the safe loader refuses
+        except _YAML_ERRORS as e:  # malformed, or a tag such as !!python/object that the safe loader refuses
             raise ConfigError(f"override {item!r}: value is not a valid YAML scalar: {e}") from e
         _set_path(data, key.strip(), value)
     return data
@@ -163,7 +168,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
             raise FileNotFoundError(f"config file not found: {path}")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
+        except _YAML_ERRORS as e:  # UnicodeDecodeError is a ValueError
             raise ConfigError(f"{path}: not valid YAML: {e}") from e
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")

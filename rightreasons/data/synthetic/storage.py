@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..base import AnnotatedDataset, Records
 from ..errors import DataError
-from ..io import require_file
+from ..io import read_text, relative_path, require_file
 from .generate import SPLITS, SyntheticConfig, SyntheticData, generate
 
 __all__ = ["FORMAT", "NAMES", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
@@ -101,6 +101,8 @@ def _records_from_index(path: Path, index: dict[str, Any], split: str, num_class
     entries = index["splits"].get(split)
     if entries is None:
         raise DataError(f"{path}: no split {split!r}; the file has {', '.join(index['splits']) or 'none'}")
+    if not isinstance(entries, list):
+        raise DataError(f"{path}: splits.{split} is {type(entries).__name__}, expected a list of records")
     ids, files, masks, labels, boxes, box_labels, groups = [], [], [], [], [], [], []
     for k, entry in enumerate(entries):
         record = f"splits.{split}[{k}]"
@@ -114,14 +116,17 @@ def _records_from_index(path: Path, index: dict[str, Any], split: str, num_class
             lab = np.zeros(num_classes, dtype=bool)
             lab[classes] = True
             ids.append(str(entry["id"]))
-            files.append(str(entry["image"]))
-            masks.append(str(entry.get("mask", "")))
+            image, mask = entry["image"], entry.get("mask", "")
             groups.append(int(entry.get("group", -1)))
-        except (KeyError, TypeError, ValueError, IndexError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
             raise DataError(f"{path}: {record}: malformed record ({type(e).__name__}: {e})") from e
+        files.append(relative_path(image, f"{path}: {record}"))
+        masks.append(relative_path(mask, f"{path}: {record}") if mask != "" else "")
         labels.append(lab)
         boxes.append(b)
         box_labels.append(bl)
+    if len(set(ids)) != len(ids):
+        raise DataError(f"{path}: splits.{split}: record id {next(i for i in ids if ids.count(i) > 1)!r} is repeated")
     has_groups = [g >= 0 for g in groups]
     if any(has_groups) and not all(has_groups):
         raise DataError(f"{path}: splits.{split}[{has_groups.index(False)}]: no 'group' while other records have one")
@@ -154,8 +159,8 @@ def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "trai
         root = root / name
     path = require_file(root / "index.json", f"{name} index (write one with `rightreasons data synth --out DIR`)")
     try:
-        index = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        index = json.loads(read_text(path, f"{name} index"))
+    except (json.JSONDecodeError, RecursionError) as e:
         raise DataError(f"{path}: malformed JSON: {e}") from e
     if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION:
         raise DataError(f"{path}: not a {FORMAT} index of version {VERSION}")
