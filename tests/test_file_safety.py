@@ -108,7 +108,7 @@ def tiny_config(output_dir: Path, **sections) -> TrainConfig:
 @pytest.mark.parametrize("target", ["optimizer.bin", "scheduler.bin", "random_states_0.pkl"])
 def test_training_checkpoint_crafted_to_run_code_is_refused_on_resume(finished_run, tmp_path, target):
     """Resuming reads accelerate's files with ``weights_only=True``: a crafted optimizer or scheduler file is refused
-    (as ``pickle.UnpicklingError`` from accelerate) and runs nothing; a crafted RNG-state file runs nothing either,
+    (a ``CheckpointError`` naming the checkpoint, wrapping accelerate's ``pickle.UnpicklingError``) and runs nothing; a crafted RNG-state file runs nothing either,
     but accelerate skips an unreadable one with an INFO log line and resumes (our trainer derives every random draw
     from the seed, epoch and step, so the global RNG state does not matter)."""
     run = tmp_path / "run"
@@ -118,7 +118,8 @@ def test_training_checkpoint_crafted_to_run_code_is_refused_on_resume(finished_r
     torch.save({"state": Payload(marker)}, checkpoint / target)
     trainer = Trainer(tiny_config(run, checkpoint={"every_steps": 1, "keep_last": 1}))
     refused = target != "random_states_0.pkl"
-    with pytest.raises(pickle.UnpicklingError, match="Unsupported global") if refused else nullcontext():
+    with pytest.raises(CheckpointError, match=rf"(?s){checkpoint}: cannot restore.*Unsupported global") if refused \
+            else nullcontext():
         trainer.resume()
     assert not marker.exists()
 
