@@ -20,6 +20,7 @@ COMMANDS = [
     "rightreasons.cli.explain",
     "rightreasons.cli.train",
     "rightreasons.cli.distill",
+    "rightreasons.cli.demo",
 ]
 
 

@@ -1,0 +1,130 @@
+"""The demo's figure stages: explanations of the same test images by every model, and the Pareto plot.
+
+Both read the models and test metrics left by :func:`rightreasons.demo.guidance.train_and_evaluate` and write PNGs
+under ``out/figures``; their numbers (predictions shown in the figure, the front and the representative model) go to
+``ctx.results``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..checkpoints import load_model
+from ..data import collate
+from ..data.waterbirds import GROUP_NAMES
+from ..explain import explain, to_rgba
+from .pareto import mark_fronts, markdown_table, plot_pareto
+from .pipeline import DemoContext
+
+__all__ = ["explanation_figure", "explanation_targets", "pareto_figure"]
+
+#: opacity smoothing window of the colour explanations: the B-cos default of 15 px at 224 px, scaled to the image
+SMOOTH_AT_224 = 15
+
+
+def _smooth_window(size: int) -> int:
+    window = max(1, round(SMOOTH_AT_224 * size / 224))
+    return window if window % 2 else window + 1
+
+
+def explanation_targets(ctx: DemoContext) -> list[int]:
+    """Test indices shown in the figure: the first ``explain_per_group`` images of each group (G3, a waterbird on
+    land, among them)."""
+    groups = torch.as_tensor(ctx.test_set().records.groups)
+    picks = []
+    for g in range(len(GROUP_NAMES)):
+        found = torch.nonzero(groups == g).flatten()[:ctx.settings.explain_per_group].tolist()
+        if not found:
+            raise ValueError(f"the test split has no image of group {GROUP_NAMES[g]}; use more test images")
+        picks += found
+    return picks
+
+
+def explanation_figure(ctx: DemoContext) -> None:
+    """Stage: a grid of the chosen test images (box drawn) and each model's colour explanation of the ground-truth
+    class (seed 0), with the predicted class and its probability."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    s, test = ctx.settings, ctx.test_set()
+    indices = explanation_targets(ctx)
+    batch = collate([test[i] for i in indices])
+    images = batch["image"].to(ctx.device)
+    labels = batch["labels"].argmax(1).to(ctx.device)
+    shown: dict[str, Any] = {}
+    for name in s.models:
+        model = load_model(ctx.models[name][0]).to(ctx.device).eval()
+        e = explain(model, images, target=labels)
+        probabilities = torch.sigmoid(e.logits.detach().float())
+        predicted = probabilities.argmax(1)
+        shown[name] = {"rgba": to_rgba(images.cpu(), e.weights.cpu(), smooth=_smooth_window(s.image_size)),
+                       "class": predicted.cpu().tolist(),
+                       "probability": probabilities.gather(1, predicted[:, None])[:, 0].cpu().tolist()}
+    rows, cols = len(indices), 1 + len(s.models)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols, 1.9 * rows + 0.4), squeeze=False)
+    classes = test.classes
+    records = []
+    for r, index in enumerate(indices):
+        group = int(test.records.groups[index])
+        ax = axes[r][0]
+        ax.imshow(images[r, :3].permute(1, 2, 0).cpu().clamp(0, 1).numpy())
+        for x1, y1, x2, y2 in batch["boxes"][r].as_subclass(torch.Tensor).tolist():
+            ax.add_patch(Rectangle((x1 - 0.5, y1 - 0.5), x2 - x1, y2 - y1, fill=False, color="white", lw=1))
+        ax.set_title(GROUP_NAMES[group], fontsize=7)
+        record = {"id": str(batch["id"][r]), "group": GROUP_NAMES[group], "label": classes[int(labels[r])],
+                  "predictions": {}}
+        for c, name in enumerate(s.models, start=1):
+            predicted, probability = shown[name]["class"][r], shown[name]["probability"][r]
+            axes[r][c].imshow(shown[name]["rgba"][r].numpy())
+            correct = predicted == int(labels[r])
+            axes[r][c].set_title(f"{classes[predicted]} {probability:.2f}", fontsize=7,
+                                 color="darkgreen" if correct else "firebrick")
+            record["predictions"][name] = {"class": classes[predicted], "probability": probability}
+        records.append(record)
+    for c, name in enumerate(["input + box", *s.models]):
+        axes[0][c].annotate(name, (0.5, 1.32), xycoords="axes fraction", ha="center", fontsize=8, weight="bold")
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    path = ctx.out / "figures" / "explanations.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    ctx.results["explanations"] = {"figure": str(path.relative_to(ctx.out)), "seed": 0, "images": records}
+    ctx.add_section("Explanations before and after guidance",
+                    "B-cos explanations (W(x), colour-coded; seed 0) of the ground-truth class for the same test "
+                    "images, one row per image, with the predicted class and its probability (green: correct). "
+                    f"Rows: {', '.join(r['group'] for r in records)}.\n\n"
+                    f"![explanations]({path.relative_to(ctx.out)})")
+
+
+def pareto_figure(ctx: DemoContext) -> None:
+    """Stage: every model and seed as a point (test accuracy, EPG, IoU); the Pareto front and the representative
+    (highest EPG within 5 p.p. of the best accuracy), plotted against EPG."""
+    runs = ctx.results["guidance"]["runs"]
+    points = [{"id": f"{model}/{seed}", "group": "test", "model": model, **metrics}
+              for seed, by_model in runs.items() for model, metrics in by_model.items()]
+    objectives = ("accuracy", "epg", "iou")
+    marked = mark_fronts(points, objectives, score_key="accuracy")
+    path = plot_pareto(ctx.out / "figures" / "pareto.png", marked,
+                       [("epg", "accuracy"), ("epg", "worst_group_accuracy")], colour_key="model",
+                       title="synthetic-birds test split: every model and seed")
+    front = [p for p in marked if p["on_front"]]
+    pick = next(p for p in marked if p["representative"])
+    ctx.results["pareto"] = {"figure": str(path.relative_to(ctx.out)), "objectives": list(objectives),
+                             "front": [p["id"] for p in front], "representative": pick["id"]}
+    rows = [{**p, **{k: f"{100 * p[k]:.1f}" for k in (*objectives, "worst_group_accuracy")}} for p in front]
+    ctx.add_section("Pareto front",
+                    "Models (each seed a point) on the Pareto front over (test accuracy, EPG, IoU); ★ = the "
+                    "representative model, the highest EPG within 5 p.p. of the best accuracy "
+                    f"(here `{pick['id']}`).\n\n"
+                    + markdown_table(rows, ["id", "accuracy", "worst_group_accuracy", "epg", "iou",
+                                            "representative"],
+                                     ["model/seed", "accuracy", "worst group", "EPG", "IoU", "representative"])
+                    + f"\n![Pareto plot]({path.relative_to(ctx.out)})")
