@@ -29,7 +29,7 @@ from ..attention import AttentionMixing, Prior, merge_heads, split_heads
 from ..encoding import check_input_channels
 from ..layers import BcosLinear, LogitLayer, default_logit_bias
 from .tokeniser import ConvTokeniser
-from .vit import EncoderBlock, FeedForward, check_image_size
+from .vit import EncoderBlock, FeedForward, MeanPooledHead, check_image_size
 
 __all__ = ["BcosHolisticViT", "HolisticAttention", "POSITIONAL"]
 
@@ -63,7 +63,7 @@ class HolisticAttention(nn.Module):
         return self.to_out(merge_heads(self.attend(q, k, v)))
 
 
-class BcosHolisticViT(nn.Module):
+class BcosHolisticViT(MeanPooledHead, nn.Module):
     """Holistic B-cos ViT: ``[N, in_chans, image_size, image_size] -> logits [N, num_classes]``.
 
     Args:
@@ -80,6 +80,8 @@ class BcosHolisticViT(nn.Module):
         logit_bias: fixed logit bias; ``None`` means ``-log(num_classes - 1)``.
         logit_temperature: fixed logit temperature (``None`` = 1).
     """
+
+    head_name = "head"
 
     def __init__(self, image_size: int = 224, patch_size: int = 16, num_classes: int = 1000, dim: int = 192,
                  depth: int = 12, heads: int = 3, mlp_dim: int = 768, in_chans: int = 6,
@@ -131,12 +133,3 @@ class BcosHolisticViT(nn.Module):
         if self.pos_embedding is not None:
             tokens = tokens + self.pos_embedding
         return self.transformer(tokens)
-
-    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
-        """Tokens ``[N, T, dim]`` → logits ``[N, num_classes]``, or the mean-pooled tokens ``[N, dim]`` with
-        ``pre_logits``."""
-        x = x.mean(dim=1)
-        return x if pre_logits else self.logit_layer(self.head(x))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.forward_head(self.forward_features(x))

@@ -175,7 +175,23 @@ class EncoderBlock(nn.Module):
         return self.ff(x) + x
 
 
-class BcosSimpleViT(nn.Module):
+class MeanPooledHead:
+    """The head of the B-cos ViTs: mean-pool the tokens, apply the classifier module named :attr:`head_name`, then the
+    fixed logit layer (a mixin for ``nn.Module`` subclasses that define ``forward_features``)."""
+
+    head_name: str
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """Tokens ``[N, T, dim]`` → logits ``[N, num_classes]``, or the mean-pooled tokens ``[N, dim]`` with
+        ``pre_logits``."""
+        x = x.mean(dim=1)
+        return x if pre_logits else self.logit_layer(getattr(self, self.head_name)(x))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+class BcosSimpleViT(MeanPooledHead, nn.Module):
     """B-cos Simple ViT / ViT-c: ``[N, in_chans, image_size, image_size] -> logits [N, num_classes]``.
 
     Args:
@@ -190,6 +206,8 @@ class BcosSimpleViT(nn.Module):
         logit_bias: fixed logit bias; ``None`` means ``-log(num_classes - 1)``; 0.0 is honoured.
         logit_temperature: fixed logit temperature (``None`` = 1).
     """
+
+    head_name = "linear_head"
 
     is_affine = True
     """The additive positional embedding is a constant term: ``logit − logit_bias ≠ Σ W(x) ⊙ x`` in general."""
@@ -238,12 +256,3 @@ class BcosSimpleViT(nn.Module):
                          "positional embedding")
         tokens = self.to_patch_embedding(x).flatten(1, 2) + self.pos_embedding
         return self.transformer(tokens)
-
-    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
-        """Tokens ``[N, T, dim]`` → logits ``[N, num_classes]``, or the mean-pooled tokens ``[N, dim]`` with
-        ``pre_logits``."""
-        x = x.mean(dim=1)
-        return x if pre_logits else self.logit_layer(self.linear_head(x))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.forward_head(self.forward_features(x))
