@@ -1,16 +1,13 @@
-"""Shared test settings: deterministic seeds, and one torch thread per pytest-xdist worker.
+"""Shared test settings: deterministic seeds and one torch thread.
 
 ``make test`` runs two xdist workers on the two CI cores; with torch's default of one thread per core each worker
-would oversubscribe the machine, which makes the many small tensor operations of these tests several times slower.
+would oversubscribe the machine, and the tests' many small tensor operations are slower with intra-op threads anyway.
 """
-
-import os
 
 import pytest
 import torch
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(1)
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

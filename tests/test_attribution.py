@@ -18,14 +18,6 @@ from rightreasons.explain.attribution import is_xdnn
 from rightreasons.explain.layers import GUIDANCE_LAYERS, resolve_layer, stage_names
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny tensors on a shared 2-core machine: one intra-op thread avoids contention (10–50× slower otherwise)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 class TinyCNN(nn.Module):
     """A four-stage conv net with named stages; ``xdnn=True`` drops biases and norms (an X-DNN: bias-free ReLU)."""

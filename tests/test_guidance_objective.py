@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from test_attribution import bcos_input, single_thread, tiny_bcos_resnet  # noqa: F401 (a fixture)
+from test_attribution import bcos_input, tiny_bcos_resnet
 
 from rightreasons.guidance import GuidanceObjective, energy_loss, get_loss, sample_classes
 

@@ -4,7 +4,7 @@ second-order gradients of Energy and L1 on B-cos contributions (float64 finite d
 import numpy as np
 import pytest
 import torch
-from test_attribution import TinyCNN, bcos_input, single_thread, tiny_bcos_resnet  # noqa: F401 (a fixture)
+from test_attribution import TinyCNN, bcos_input, tiny_bcos_resnet
 
 from rightreasons.explain import compute_attribution
 from rightreasons.explain.layers import GUIDANCE_LAYERS

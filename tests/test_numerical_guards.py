@@ -33,14 +33,6 @@ MASKS = torch.zeros(2, SIZE, SIZE, dtype=torch.bool)
 MASKS[0, 4:12, 3:10] = True
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small models run fastest single-threaded on the shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def model(saturated: bool = False) -> nn.Module:
     """A B-cos ResNet-20 (3 classes) in eval mode; ``saturated``: logits ≈ 10⁴ through its logit layer."""

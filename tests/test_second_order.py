@@ -26,14 +26,6 @@ EPS = 1e-7
 TOLERANCE = 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tensors here are tiny: intra-op threads only add synchronisation, which is very slow on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 class Readout(nn.Module):
     """Fixed random linear map of the flattened features to ``num_classes`` logits (a buffer, not a parameter)."""
