@@ -8,7 +8,8 @@ import statistics
 import pytest
 
 from rightreasons.cli import main
-from rightreasons.demo import STAGES, DemoSettings, GuidedVariant, run_demo
+from rightreasons.demo import STAGES, DemoSettings, DistillationSettings, GuidedVariant, run_demo
+from rightreasons.demo.distillation import DISTILL_METRICS, distillation_checks
 from rightreasons.demo.guidance import METRICS, benchmark_checks, summarize, training_config
 
 
@@ -54,6 +55,26 @@ def test_quick_demo_writes_report_figures_and_finite_results(tmp_path, capsys):
     for model in models:
         assert (out / "runs" / "seed-0" / model / "model.safetensors").is_file()
 
+    distillation = results["distillation"]
+    modes = ["kd", "e2kd", "e2kd_frozen"]
+    assert distillation["teacher"] == "energy" and distillation["modes"] == modes
+    for mode in modes:
+        metrics = distillation["runs"]["seed-0"][mode]
+        assert set(metrics) == set(DISTILL_METRICS)
+        assert all(0.0 <= metrics[k] <= 1.0 for k in DISTILL_METRICS if k != "explanation_similarity"), metrics
+        assert -1.0 <= metrics["explanation_similarity"] <= 1.0
+        # OOD agreement is the mean over the equally sized G2 and G3 test groups
+        assert metrics["ood_agreement"] == pytest.approx((metrics["agreement/G2"] + metrics["agreement/G3"]) / 2)
+        assert (out / "runs" / "seed-0" / "distill" / mode / "model.safetensors").is_file()
+    assert (out / "runs" / "seed-0" / "distill" / "teacher-cache" / "manifest.json").is_file()
+    assert [c["check"].split(":")[0] for c in distillation["checks"]] == ["e²KD", "e²KD (frozen)"]
+    assert (out / distillation["figure"]).stat().st_size > 10_000
+    assert all(set(image["predictions"]) == {"teacher (energy)", "KD", "e²KD", "e²KD (frozen)"}
+               for image in distillation["images"])
+    for text in ("## e²KD: distilling the guided teacher", "| KD |", "| e²KD (frozen) |", "OOD agreement",
+                 "](figures/distillation.png)"):
+        assert text in report
+
 
 def test_stages_share_the_context_and_add_sections_in_order(tmp_path):
     def first(ctx):
@@ -71,7 +92,8 @@ def test_stages_share_the_context_and_add_sections_in_order(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert report.index("## First") < report.index("## Second") < report.index("## Run")
     assert json.loads((tmp_path / "results.json").read_text())["first"] == {"value": 1.5}
-    assert [stage.__name__ for stage in STAGES] == ["train_and_evaluate", "explanation_figure", "pareto_figure"]
+    assert [stage.__name__ for stage in STAGES] == ["train_and_evaluate", "explanation_figure", "pareto_figure",
+                                                    "distill_and_evaluate"]
 
 
 def test_non_finite_results_are_refused(tmp_path):
@@ -109,6 +131,21 @@ def test_benchmark_checks_compare_means_in_percentage_points():
     assert failed == [False, False, True, True]
 
 
+def test_distillation_checks_compare_ood_agreement_in_percentage_points():
+    def runs(kd, e2kd, frozen):
+        return [{"kd": {**dict.fromkeys(DISTILL_METRICS, 0.5), "ood_agreement": a},
+                 "e2kd": {**dict.fromkeys(DISTILL_METRICS, 0.5), "ood_agreement": b},
+                 "e2kd_frozen": {**dict.fromkeys(DISTILL_METRICS, 0.5), "ood_agreement": c}}
+                for a, b, c in zip(kd, e2kd, frozen)]
+
+    modes = ("kd", "e2kd", "e2kd_frozen")
+    checks = distillation_checks(summarize(runs([0.50, 0.60], [0.60, 0.62], [0.52, 0.60]), modes, DISTILL_METRICS))
+    # means: KD 55, e²KD 61 (+6), frozen 56 (+1)
+    assert [(round(c["value"], 6), c["passed"]) for c in checks] == [(6.0, True), (1.0, True)]
+    checks = distillation_checks(summarize(runs([0.50, 0.60], [0.58, 0.61], [0.50, 0.60]), modes, DISTILL_METRICS))
+    assert [(round(c["value"], 6), c["passed"]) for c in checks] == [(4.5, False), (0.0, False)]
+
+
 def test_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="at least one seed"):
         DemoSettings(seeds=0)
@@ -116,6 +153,10 @@ def test_settings_refuse_bad_values():
         DemoSettings(variants=(GuidedVariant("a", "energy", 1.0), GuidedVariant("a", "l1", 1.0)))
     with pytest.raises(ValueError, match="baseline's model file"):
         training_config(DemoSettings.quick(), 0, "out", DemoSettings().variants[0])
+    with pytest.raises(ValueError, match="distillation.teacher 'lasso' is not one of the demo's models"):
+        DemoSettings(distillation=DistillationSettings(teacher="lasso"))
+    with pytest.raises(ValueError, match=r"distillation.modes must be .* got \['kd', 'mixup'\]"):
+        DistillationSettings(modes=("kd", "mixup"))
 
 
 def test_guided_configs_fine_tune_the_baseline_with_limited_boxes(tmp_path):

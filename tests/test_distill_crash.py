@@ -45,12 +45,12 @@ cache._write_shard = dying_write
 KILL_IN_STEP_FIVE = """
 import os, signal
 from rightreasons.engine import trainer
-original = trainer.Trainer._train_step
+original = trainer.Trainer.train_step
 def dying_step(self, batch):
     if self.position.step == 5:
         os.kill(os.getpid(), signal.SIGKILL)
     return original(self, batch)
-trainer.Trainer._train_step = dying_step
+trainer.Trainer.train_step = dying_step
 """
 
 

@@ -199,13 +199,3 @@ def test_analyze_shift_command_writes_curves_and_plot(tmp_path, teacher_file):
 def test_distill_configs_are_valid(path):
     config = load_config(DistillConfig, path)
     assert config.teacher.name or config.teacher.checkpoint
-
-
-def test_explanation_grid_for_the_report(tmp_path, teacher_file):
-    from rightreasons import load_model
-    from rightreasons.distill import save_explanation_grid
-
-    rgb = torch.rand(2, 3, 32, 32)
-    path = save_explanation_grid(tmp_path / "grid.png", {"teacher": load_model(teacher_file)},
-                                 torch.cat([rgb, 1 - rgb], 1), torch.tensor([0, 1]), ["landbird", "waterbird"])
-    assert path.stat().st_size > 0

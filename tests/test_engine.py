@@ -172,12 +172,12 @@ def test_two_processes_match_one_process(reference_run, tmp_path):
 KILL_DURING_STEP = """
 import os, signal, sys
 from rightreasons.engine import trainer as T
-original = T.Trainer._train_step
+original = T.Trainer.train_step
 def dying_step(self, batch):
     if self.position.step == 5 and self.position.batch == 5:
         os.kill(os.getpid(), signal.SIGKILL)
     return original(self, batch)
-T.Trainer._train_step = dying_step
+T.Trainer.train_step = dying_step
 from rightreasons.cli import main
 sys.exit(main(sys.argv[1:]))
 """

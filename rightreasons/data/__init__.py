@@ -45,7 +45,7 @@ DATASETS: dict[str, Callable[..., AnnotatedDataset]] = {
 _BASE_PARAMETERS = inspect.signature(AnnotatedDataset.__init__).parameters
 #: options every dataset accepts
 COMMON_OPTIONS = tuple(p for p, v in _BASE_PARAMETERS.items()
-                       if v.kind is v.KEYWORD_ONLY and p not in ("name", "split", "image_root"))
+                       if v.kind is v.KEYWORD_ONLY and p not in ("name", "split", "image_root", "group_names"))
 
 
 def load_dataset(name: str, root: str | os.PathLike | None, split: str, **options) -> AnnotatedDataset:

@@ -89,20 +89,27 @@ class AnnotatedDataset(Dataset):
       seed (limited annotations, SCIENCE.md §6); the others get ``has_boxes=False`` and no boxes.
     * ``box_dilation``: coarse boxes — every side moves out by this fraction of the box size, clipped to the image.
     * ``box_policy``: ``"error"``, ``"clip"`` or ``"drop"`` for invalid boxes (see :data:`BOX_POLICIES`).
+
+    ``group_names`` (set by the loader, not an option) name the values of ``records.groups`` (e.g. Waterbirds' G1–G4).
     """
 
     def __init__(self, records: Records, classes: Sequence[str], *, name: str, split: str,
                  image_root: str | os.PathLike | None = None, transform: Callable[[dict], dict] | None = None,
                  annotated_fraction: float = 1.0, annotation_seed: int = 0, box_dilation: float = 0.0,
-                 box_policy: str = "clip") -> None:
+                 box_policy: str = "clip", group_names: Sequence[str] | None = None) -> None:
         if box_policy not in BOX_POLICIES:
             raise ValueError(f"unknown box_policy {box_policy!r}; expected one of {', '.join(BOX_POLICIES)}")
         if box_dilation < 0:
             raise ValueError(f"box_dilation must be >= 0, got {box_dilation}")
         if records.labels.shape[1:] != (len(classes),):
             raise ValueError(f"labels of shape {records.labels.shape} do not match {len(classes)} classes")
+        if records.groups is not None and group_names is not None and len(records.groups) \
+                and not 0 <= records.groups.min() <= records.groups.max() < len(group_names):
+            raise ValueError(f"group indices {records.groups.min()}..{records.groups.max()} do not match the "
+                             f"{len(group_names)} group names {list(group_names)}")
         self.records = records
         self.classes = tuple(classes)
+        self._group_names = None if group_names is None else tuple(group_names)
         self.name = name
         self.split = split
         self.image_root = None if image_root is None else Path(image_root)
@@ -129,6 +136,16 @@ class AnnotatedDataset(Dataset):
     def groups(self) -> Tensor | None:
         """``[N]`` long group index per image, or None for datasets without groups."""
         return None if self.records.groups is None else torch.from_numpy(self.records.groups.copy())
+
+    @property
+    def group_names(self) -> tuple[str, ...] | None:
+        """The name of every group index (``"0"``, ``"1"``, … when the loader gave none), or None without groups."""
+        if self.records.groups is None:
+            return None
+        if self._group_names is not None:
+            return self._group_names
+        count = int(self.records.groups.max()) + 1 if len(self.records.groups) else 0
+        return tuple(str(g) for g in range(count))
 
     def __len__(self) -> int:
         return len(self.records)

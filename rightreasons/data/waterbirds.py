@@ -143,7 +143,7 @@ class Waterbirds100(AnnotatedDataset):
         records = Records.build([r[0] for r in rows], [r[0] for r in rows], labels, boxes, box_labels,
                                 groups=[2 * r[1] + r[2] for r in rows])
         super().__init__(records, WATERBIRDS_TASKS[task], name="waterbirds100", split=split, image_root=root,
-                         **options)
+                         group_names=GROUP_NAMES, **options)
 
     def guidance_boxes(self, index: int, boxes: np.ndarray, box_labels: np.ndarray,
                        canvas_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

@@ -3,16 +3,19 @@
 Stages (:data:`STAGES`, run in order by :func:`run_demo` on a shared :class:`DemoContext`): train a baseline B-cos
 model and fine-tune it with Energy and L1 guidance (tight and 50 %-dilated boxes on 10 % of the training images) for
 every seed, evaluating each on the balanced test split; draw explanations of the same test images by every model;
-plot the Pareto front. The result: ``DIR/results.json`` (every number) and ``DIR/report.md`` (tables and figures).
-Further stages (e.g. e²KD distillation from the guided models in ``ctx.models``) are appended to :data:`STAGES`.
+plot the Pareto front; distil each seed's Energy-guided model into a smaller student with KD, e²KD and e²KD with
+frozen explanations and compare how often the students follow the teacher on the out-of-distribution groups. The
+result: ``DIR/results.json`` (every number) and ``DIR/report.md`` (tables and figures). Further stages are appended to
+:data:`STAGES`.
 """
 
+from .distillation import distill_and_evaluate
 from .figures import explanation_figure, pareto_figure
 from .guidance import train_and_evaluate
 from .pipeline import DemoContext, Stage, run_demo
-from .settings import DemoSettings, GuidedVariant
+from .settings import DemoSettings, DistillationSettings, GuidedVariant
 
-__all__ = ["STAGES", "DemoContext", "DemoSettings", "GuidedVariant", "Stage", "run_demo"]
+__all__ = ["STAGES", "DemoContext", "DemoSettings", "DistillationSettings", "GuidedVariant", "Stage", "run_demo"]
 
 #: the demo's stages, in order
-STAGES: list[Stage] = [train_and_evaluate, explanation_figure, pareto_figure]
+STAGES: list[Stage] = [train_and_evaluate, explanation_figure, pareto_figure, distill_and_evaluate]

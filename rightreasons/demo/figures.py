@@ -1,12 +1,15 @@
 """The demo's figure stages: explanations of the same test images by every model, and the Pareto plot.
 
-Both read the models and test metrics left by :func:`rightreasons.demo.guidance.train_and_evaluate` and write PNGs
-under ``out/figures``; their numbers (predictions shown in the figure, the front and the representative model) go to
-``ctx.results``.
+Both stages read the models and test metrics left by :func:`rightreasons.demo.guidance.train_and_evaluate` and write
+PNGs under ``out/figures``; their numbers (predictions shown in the figure, the front and the representative model) go
+to ``ctx.results``. :func:`draw_explanations` draws the grid for any set of models (the distillation stage: teacher
+vs students).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +21,7 @@ from ..explain import explain, to_rgba
 from .pareto import mark_fronts, markdown_table, plot_pareto
 from .pipeline import DemoContext
 
-__all__ = ["explanation_figure", "explanation_targets", "pareto_figure"]
+__all__ = ["draw_explanations", "explanation_figure", "explanation_targets", "pareto_figure"]
 
 #: opacity smoothing window of the colour explanations: the B-cos default of 15 px at 224 px, scaled to the image
 SMOOTH_AT_224 = 15
@@ -42,30 +45,32 @@ def explanation_targets(ctx: DemoContext) -> list[int]:
     return picks
 
 
-def explanation_figure(ctx: DemoContext) -> None:
-    """Stage: a grid of the chosen test images (box drawn) and each model's colour explanation of the ground-truth
-    class (seed 0), with the predicted class and its probability."""
+def draw_explanations(ctx: DemoContext, models: Mapping[str, Path], filename: str) -> tuple[Path, list[dict[str, Any]]]:
+    """A grid of the chosen test images (:func:`explanation_targets`, box drawn), one row per image, and for each of
+    ``models`` (column title → model file) its colour explanation of the ground-truth class, titled with the
+    predicted class and its probability (green: correct). Written to ``out/figures/<filename>``; returns the path
+    and, per image, its id, group, label and every model's prediction."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    s, test = ctx.settings, ctx.test_set()
+    test = ctx.test_set()
     indices = explanation_targets(ctx)
     batch = collate([test[i] for i in indices])
     images = batch["image"].to(ctx.device)
     labels = batch["labels"].argmax(1).to(ctx.device)
     shown: dict[str, Any] = {}
-    for name in s.models:
-        model = load_model(ctx.models[name][0]).to(ctx.device).eval()
+    for name, model_file in models.items():
+        model = load_model(model_file).to(ctx.device).eval()
         e = explain(model, images, target=labels)
         probabilities = torch.sigmoid(e.logits.detach().float())
         predicted = probabilities.argmax(1)
-        shown[name] = {"rgba": to_rgba(images.cpu(), e.weights.cpu(), smooth=_smooth_window(s.image_size)),
+        shown[name] = {"rgba": to_rgba(images.cpu(), e.weights.cpu(), smooth=_smooth_window(ctx.settings.image_size)),
                        "class": predicted.cpu().tolist(),
                        "probability": probabilities.gather(1, predicted[:, None])[:, 0].cpu().tolist()}
-    rows, cols = len(indices), 1 + len(s.models)
+    rows, cols = len(indices), 1 + len(models)
     fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols, 1.9 * rows + 0.4), squeeze=False)
     classes = test.classes
     records = []
@@ -78,7 +83,7 @@ def explanation_figure(ctx: DemoContext) -> None:
         ax.set_title(GROUP_NAMES[group], fontsize=7)
         record = {"id": str(batch["id"][r]), "group": GROUP_NAMES[group], "label": classes[int(labels[r])],
                   "predictions": {}}
-        for c, name in enumerate(s.models, start=1):
+        for c, name in enumerate(models, start=1):
             predicted, probability = shown[name]["class"][r], shown[name]["probability"][r]
             axes[r][c].imshow(shown[name]["rgba"][r].numpy())
             correct = predicted == int(labels[r])
@@ -86,16 +91,23 @@ def explanation_figure(ctx: DemoContext) -> None:
                                  color="darkgreen" if correct else "firebrick")
             record["predictions"][name] = {"class": classes[predicted], "probability": probability}
         records.append(record)
-    for c, name in enumerate(["input + box", *s.models]):
+    for c, name in enumerate(["input + box", *models]):
         axes[0][c].annotate(name, (0.5, 1.32), xycoords="axes fraction", ha="center", fontsize=8, weight="bold")
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout()
-    path = ctx.out / "figures" / "explanations.png"
+    path = ctx.out / "figures" / filename
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path, records
+
+
+def explanation_figure(ctx: DemoContext) -> None:
+    """Stage: explanations of the chosen test images by the baseline and every guided model (seed 0)."""
+    path, records = draw_explanations(ctx, {name: ctx.models[name][0] for name in ctx.settings.models},
+                                      "explanations.png")
     ctx.results["explanations"] = {"figure": str(path.relative_to(ctx.out)), "seed": 0, "images": records}
     ctx.add_section("Explanations before and after guidance",
                     "B-cos explanations (W(x), colour-coded; seed 0) of the ground-truth class for the same test "

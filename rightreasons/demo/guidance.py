@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ from .pareto import markdown_table
 from .pipeline import DATASET, DemoContext
 from .settings import DemoSettings, GuidedVariant
 
-__all__ = ["METRICS", "benchmark_checks", "evaluate_model", "summarize", "train_and_evaluate", "training_config"]
+__all__ = ["METRICS", "benchmark_checks", "cell", "evaluate_model", "fresh", "summarize", "train_and_evaluate",
+           "training_config"]
 
 GROUP_KEYS = tuple(name.split()[0] for name in GROUP_NAMES)  # "G1" … "G4"
 #: the metrics of every model on the test split, in table order
@@ -72,19 +74,20 @@ def evaluate_model(model_file: Path, ctx: DemoContext) -> dict[str, float]:
     return {k: float(metrics[k]) for k in METRICS}
 
 
-def _fresh(path: Path) -> Path:
+def fresh(path: Path) -> Path:
     """The run folder, emptied of an earlier demo run (training refuses folders that hold checkpoints)."""
     if path.exists():
         shutil.rmtree(path)
     return path
 
 
-def summarize(runs: list[dict[str, dict[str, float]]], models: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+def summarize(runs: list[dict[str, dict[str, float]]], models: Sequence[str],
+              metrics: Sequence[str] = METRICS) -> dict[str, dict[str, Any]]:
     """Per model and metric: the values over seeds, their mean and sample std (None for one seed)."""
     out: dict[str, dict[str, Any]] = {}
     for model in models:
         out[model] = {}
-        for key in METRICS:
+        for key in metrics:
             values = [run[model][key] for run in runs]
             out[model][key] = {"mean": statistics.fmean(values),
                                "std": statistics.stdev(values) if len(values) > 1 else None, "values": values}
@@ -124,14 +127,15 @@ def benchmark_checks(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
     return checks
 
 
-def _cell(stat: dict[str, Any]) -> str:
+def cell(stat: dict[str, Any]) -> str:
+    """A summary statistic as a table cell in %: ``mean ± std`` (the mean alone for one seed)."""
     mean = 100 * stat["mean"]
     return f"{mean:.1f}" if stat["std"] is None else f"{mean:.1f} ± {100 * stat['std']:.1f}"
 
 
 def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], checks: list[dict[str, Any]]) -> str:
     s = ctx.settings
-    rows = [{"model": m, **{k: _cell(summary[m][k]) for k in METRICS}} for m in s.models]
+    rows = [{"model": m, **{k: cell(summary[m][k]) for k in METRICS}} for m in s.models]
     variants = "; ".join(f"{v.name}: {v.loss}, λ = {v.weight:g}" + (f", boxes dilated by {v.dilation:.0%}"
                                                                     if v.dilation else "") for v in s.variants)
     kwargs = ", ".join(f"{k}={v}" for k, v in s.model_kwargs.items())
@@ -160,7 +164,7 @@ def train_and_evaluate(ctx: DemoContext) -> None:
         for name, variant in jobs:
             began = time.time()
             baseline = ctx.models["baseline"][seed] if variant else None
-            config = training_config(s, seed, _fresh(folder / name), variant, baseline)
+            config = training_config(s, seed, fresh(folder / name), variant, baseline)
             train(config)
             model_file = Path(config.output_dir) / "model.safetensors"
             ctx.models[name].append(model_file)

@@ -7,11 +7,12 @@
 * :mod:`.trainer` / :mod:`.schema` — distillation on the training engine (``rightreasons distill`` / ``cache``);
 * :mod:`.evaluation` — agreement with the teacher and explanation similarity;
 * :mod:`.shift` — explanation similarity under diagonal image shifts (``rightreasons analyze shift``);
-* :mod:`.demo` — :func:`run_distillation`, one KD / e²KD / frozen-e²KD run on the synthetic benchmark.
+* :mod:`.demo` — :func:`run_distillation`, one KD / e²KD / frozen-e²KD run on the synthetic benchmark, and
+  :func:`compare_step_times` (live vs frozen step cost).
 """
 
 from .cache import CacheCorruptError, CacheError, CacheMismatchError, ExplanationCache, weights_fingerprint, write_cache
-from .demo import measure_step_time, run_distillation, save_explanation_grid
+from .demo import compare_step_times, run_distillation
 from .evaluation import evaluate_fidelity
 from .explanations import TeacherOutputs, model_explanation, reencode, resolve_kind, teacher_outputs
 from .losses import attention_map, attention_transfer_loss, explanation_loss, kd_loss, multilabel_kd_loss
@@ -24,9 +25,8 @@ from .trainer import DistillTrainer, cache_setting, distill, load_teacher, write
 __all__ = [
     "CacheCorruptError", "CacheError", "CacheMismatchError", "DistillConfig", "DistillObjective", "DistillOutput",
     "DistillSection", "DistillTrainer", "EvalDataConfig", "ExplanationCache", "ShotSubset", "TeacherConfig",
-    "TeacherOutputs", "attention_map", "attention_transfer_loss", "cache_setting", "distill", "evaluate_fidelity",
-    "explanation_loss", "few_shot_indices", "kd_loss", "load_teacher", "measure_step_time", "model_explanation",
-    "multilabel_kd_loss", "reencode", "resolve_kind", "run_distillation", "save_explanation_grid", "save_shift_plot",
-    "shift_similarity", "teacher_outputs",
-    "weights_fingerprint", "write_cache", "write_teacher_cache",
+    "TeacherOutputs", "attention_map", "attention_transfer_loss", "cache_setting", "compare_step_times", "distill",
+    "evaluate_fidelity", "explanation_loss", "few_shot_indices", "kd_loss", "load_teacher", "model_explanation",
+    "multilabel_kd_loss", "reencode", "resolve_kind", "run_distillation", "save_shift_plot",
+    "shift_similarity", "teacher_outputs", "weights_fingerprint", "write_cache", "write_teacher_cache",
 ]

@@ -2,27 +2,24 @@
 
 :func:`run_distillation` distils a teacher model file (e.g. the Energy-guided teacher of the guidance demo) into a
 small B-cos student with plain KD, live e²KD or e²KD with frozen explanations, evaluates it on the balanced test
-split (all four groups) and returns the metrics. :func:`save_explanation_grid` draws the explanations of the teacher
-and the students on the same images for the report; :func:`measure_step_time` times training steps and batch loading
-of a configuration (live vs frozen e²KD in ``make bench``).
+split (all four groups) and returns the metrics. :func:`compare_step_times` times training steps and batch loading
+of several configurations side by side (live vs frozen e²KD in ``make bench``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
 
 from ..engine import from_dict
-from ..explain import explain, to_rgba
 from .schema import DistillConfig
 from .trainer import DistillTrainer, distill, write_teacher_cache
 
-__all__ = ["MODES", "measure_step_time", "run_distillation", "save_explanation_grid"]
+__all__ = ["MODES", "compare_step_times", "run_distillation"]
 
 MODES = ("kd", "e2kd", "e2kd_frozen")
 
@@ -96,67 +93,38 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
             base[key] = value
 
 
-def save_explanation_grid(path: str | Path, models: Mapping[str, nn.Module], images: Tensor, labels: Tensor,
-                          class_names: Sequence[str] | None = None) -> Path:
-    """A figure: one row per image ``images [N, 6, H, W]`` (B-cos encoding), the input and then, per B-cos model in
-    ``models`` (e.g. teacher, KD student, e²KD students), the colour explanation of the class it predicts, titled
-    with that class and ✓/✗ against ``labels [N]`` (class indices)."""
-    import matplotlib
+def compare_step_times(configs: Mapping[str, DistillConfig], steps: int = 10,
+                       warmup: int = 2) -> dict[str, dict[str, float]]:
+    """Mean wall-clock seconds of a training step (forward, teacher or cache, backward, optimiser) and of loading its
+    batch, for each of ``configs`` (e.g. ``{"live": ..., "frozen": ...}``), over ``steps`` steps after ``warmup``
+    untimed ones. The trainers take turns step by step, so that drifts of a shared machine hit all alike.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    n = images.shape[0]
-    columns = ["input", *models]
-    fig, axes = plt.subplots(n, len(columns), figsize=(1.9 * len(columns), 1.9 * n), squeeze=False)
-    for i in range(n):
-        axes[i, 0].imshow(images[i, :3].permute(1, 2, 0).clamp(0, 1).cpu().numpy())
-    for j, (name, model) in enumerate(models.items(), 1):
-        model.eval()
-        device = next(model.parameters()).device
-        result = explain(model, images.to(device))
-        rgba = to_rgba(images.cpu(), result.weights.cpu())
-        for i in range(n):
-            predicted = int(result.target[i])
-            label = class_names[predicted] if class_names else str(predicted)
-            mark = "✓" if predicted == int(labels[i]) else "✗"
-            axes[i, j].imshow(rgba[i].numpy())
-            axes[i, j].set_title(f"{label} {mark}", fontsize=7)
-    for j, name in enumerate(columns):
-        axes[0, j].set_title(f"{name}\n{axes[0, j].get_title()}", fontsize=7)
-    for ax in axes.flat:
-        ax.set_axis_off()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def measure_step_time(config: DistillConfig, steps: int = 10, warmup: int = 2) -> dict[str, float]:
-    """Mean wall-clock seconds of a training step (forward, teacher or cache, backward, optimiser) and of loading
-    its batch, over ``steps`` steps after ``warmup`` untimed ones, for ``config`` (e.g. live vs ``distill.frozen``).
-
-    Returns ``{"step_seconds", "loader_seconds", "loader_fraction"}`` (loading time / (loading + step))."""
-    trainer = DistillTrainer(config)
-    trainer.model.train()
-    cuda = trainer.accelerator.device.type == "cuda"
-    batches = iter(trainer.loader)
-    loading = stepping = 0.0
+    Returns per name ``{"step_seconds", "loader_seconds", "loader_fraction"}`` (loading / (loading + step))."""
+    trainers = {name: DistillTrainer(config) for name, config in configs.items()}
+    batches = {name: _endless(trainer.loader) for name, trainer in trainers.items()}
+    loading = dict.fromkeys(trainers, 0.0)
+    stepping = dict.fromkeys(trainers, 0.0)
     for i in range(warmup + steps):
-        start = time.perf_counter()
-        try:
-            batch = next(batches)
-        except StopIteration:
-            batches = iter(trainer.loader)
-            batch = next(batches)
-        loaded = time.perf_counter()
-        trainer._train_step(batch)
-        if cuda:
-            torch.cuda.synchronize()
-        if i >= warmup:
-            loading += loaded - start
-            stepping += time.perf_counter() - loaded
-    return {"step_seconds": stepping / steps, "loader_seconds": loading / steps,
-            "loader_fraction": loading / (loading + stepping)}
+        for name, trainer in trainers.items():
+            trainer.model.train()
+            _synchronize(trainer.accelerator.device)
+            start = time.perf_counter()
+            batch = next(batches[name])
+            loaded = time.perf_counter()
+            trainer.train_step(batch)
+            _synchronize(trainer.accelerator.device)
+            if i >= warmup:
+                loading[name] += loaded - start
+                stepping[name] += time.perf_counter() - loaded
+    return {name: {"step_seconds": stepping[name] / steps, "loader_seconds": loading[name] / steps,
+                   "loader_fraction": loading[name] / (loading[name] + stepping[name])} for name in trainers}
+
+
+def _endless(loader: Iterable[Any]) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -5,7 +5,7 @@
 * ``explanation_similarity`` — mean cosine similarity of teacher and student explanations for the teacher's top-1
   class (the kind e²KD compares);
 * ``teacher_accuracy`` (and per group) on single-label data, for reference;
-* on Waterbirds-style data (four groups G1–G4): ``ood_accuracy`` / ``ood_agreement`` over the out-of-distribution
+* on Waterbirds-style data (the groups G1–G4 of :data:`~rightreasons.data.GROUP_NAMES`): ``ood_accuracy`` / ``ood_agreement`` over the out-of-distribution
   groups (G2 landbird on water, G3 waterbird on land) and ``id_accuracy`` / ``id_agreement`` over G1 and G4.
 
 The student's accuracy, EPG and IoU come from the engine's :func:`~rightreasons.engine.evaluation.evaluate_classifier`.
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from ..data import collate
+from ..data import GROUP_NAMES, collate
 from ..engine.data import shard_indices
 from ..metrics import Agreement, ExplanationSimilarity, GroupAccuracy
 from .explanations import ExplanationKind, model_explanation, reencode, teacher_outputs
@@ -48,7 +48,7 @@ def evaluate_fidelity(student: nn.Module, teacher: nn.Module, dataset: Dataset, 
     (samples encoded for the student). Puts the student in eval mode; the caller restores train mode.
 
     ``group_names``: names of the dataset's groups (``sample["group"]``) for per-group numbers (single-label data);
-    with four groups the in-/out-of-distribution split of :data:`OOD_GROUPS` is added. ``kind="none"`` skips the
+    with the Waterbirds groups the in-/out-of-distribution split of :data:`OOD_GROUPS` is added. ``kind="none"`` skips the
     explanation similarity."""
     student.eval()
     teacher.eval()
@@ -56,7 +56,7 @@ def evaluate_fidelity(student: nn.Module, teacher: nn.Module, dataset: Dataset, 
     num_groups = len(group_names) if groups_used else 1
     agreement = Agreement(num_groups, list(group_names) if groups_used else None).to(device)
     teacher_accuracy = GroupAccuracy(num_groups, list(group_names) if groups_used else None).to(device)
-    waterbirds = groups_used and num_groups == 4
+    waterbirds = groups_used and tuple(group_names) == GROUP_NAMES
     split_agreement = Agreement(2, _SPLIT_NAMES).to(device)
     split_accuracy = GroupAccuracy(2, _SPLIT_NAMES).to(device)
     similarity = ExplanationSimilarity().to(device)

@@ -51,7 +51,7 @@ def _single_label(classes: np.ndarray, order: np.ndarray, num_classes: int, shot
 
 class ShotSubset(Dataset):
     """The images ``indices`` of an annotated dataset, with the metadata the training engine reads (``ids``,
-    ``labels``, ``groups``, ``annotated``, ``num_classes``, ``classes``)."""
+    ``labels``, ``groups``, ``group_names``, ``annotated``, ``num_classes``, ``classes``)."""
 
     def __init__(self, dataset: Any, indices: list[int]) -> None:
         self.dataset = dataset
@@ -77,6 +77,10 @@ class ShotSubset(Dataset):
     def groups(self) -> Tensor | None:
         groups = self.dataset.groups
         return None if groups is None else groups[self._index]
+
+    @property
+    def group_names(self) -> tuple[str, ...] | None:
+        return self.dataset.group_names
 
     @property
     def annotated(self) -> Any:

@@ -32,7 +32,6 @@ from torchvision.transforms import v2
 from ..checkpoints import load_model
 from ..data import (AttachExplanations, SanitizeBoxes, base_view, encode, eval_transform, load_dataset,
                     train_transform)
-from ..data.waterbirds import GROUP_NAMES
 from ..engine import Trainer, TrainingError, train
 from ..engine.checkpointing import write_json_atomic
 from ..engine.evaluation import is_multilabel
@@ -191,7 +190,7 @@ class DistillTrainer(Trainer):
             student_encoding=self.encoding, teacher_encoding=self.teacher_encoding,
             batch_size=self.config.data.eval_batch_size, device=self.accelerator.device,
             rank=self.accelerator.process_index, world_size=self.accelerator.num_processes,
-            group_names=list(GROUP_NAMES) if dataset.groups is not None else None,
+            group_names=dataset.group_names,
             multilabel=is_multilabel(dataset)))
         model.train()
         return results

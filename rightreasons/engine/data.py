@@ -55,8 +55,10 @@ class SeededTransform:
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         seed = mix_seed(self.seed, self.epoch, zlib.crc32(str(sample["id"]).encode()))
+        # only the CPU generator: seeding CUDA too (torch.manual_seed) would change its state outside fork_rng's
+        # restore and costs a Python stack capture per sample
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)
             return self.transform(sample)
 
 

@@ -10,6 +10,7 @@ reported as ``score`` so that the Pareto tracker has one name for it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def _to_float(value: torch.Tensor) -> float | list[float]:
 @torch.no_grad()
 def evaluate_classifier(model: nn.Module, dataset: Dataset, *, batch_size: int, device: torch.device,
                         rank: int = 0, world_size: int = 1, method: str | None = "bcos", layer: str = "input",
-                        iou_threshold: float = 0.5, group_names: list[str] | None = None,
+                        iou_threshold: float = 0.5, group_names: Sequence[str] | None = None,
                         num_workers: int = 0) -> dict[str, Any]:
     """Evaluate ``model`` (put in eval mode here; the caller restores train mode) on ``dataset``.
 
@@ -97,7 +98,6 @@ def evaluate_checkpoint(config: Any, checkpoint: str | Path, split: str) -> dict
     """
     from ..checkpoints import load_model
     from ..data import eval_transform, load_dataset
-    from ..data.waterbirds import GROUP_NAMES
     from ..registry import get_model_spec
 
     model = load_model(checkpoint)
@@ -110,6 +110,6 @@ def evaluate_checkpoint(config: Any, checkpoint: str | Path, split: str) -> dict
     results = evaluate_classifier(model, dataset, batch_size=data.eval_batch_size, device=torch.device("cpu"),
                                   method=method, layer=layer,
                                   iou_threshold=config.eval.iou_threshold,
-                                  group_names=list(GROUP_NAMES) if dataset.groups is not None else None)
+                                  group_names=dataset.group_names)
     return {"checkpoint": str(checkpoint), "split": split, "images": len(dataset), "method": method, "layer": layer,
             **results}

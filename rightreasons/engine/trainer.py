@@ -33,7 +33,6 @@ from tqdm.auto import tqdm
 
 from ..checkpoints import save_model
 from ..data import collate, eval_transform, load_dataset, train_transform
-from ..data.waterbirds import GROUP_NAMES
 from ..explain import explain, save_explanation
 from ..guidance import GuidanceObjective
 from ..metrics import ParetoTracker
@@ -249,7 +248,9 @@ class Trainer:
         flag = torch.tensor(float(torch.isfinite(loss).item()), device=loss.device)
         return bool(self.accelerator.reduce(flag, "min").item())
 
-    def _train_step(self, batch: dict[str, Any]) -> dict[str, float] | None:
+    def train_step(self, batch: dict[str, Any]) -> dict[str, float] | None:
+        """One optimisation step on ``batch`` (losses, backward, clipping, optimiser and schedule); returns the
+        loss terms, or None when a non-finite loss made it skip the step."""
         with self.accelerator.accumulate(self.model):
             with self.accelerator.autocast():
                 terms, loss = self.compute_losses(batch)
@@ -288,7 +289,7 @@ class Trainer:
             rank=self.accelerator.process_index, world_size=self.accelerator.num_processes,
             method=self.eval_method, layer=self.eval_layer,
             iou_threshold=self.config.eval.iou_threshold,
-            group_names=list(GROUP_NAMES) if dataset.groups is not None else None)
+            group_names=dataset.group_names)
         model.train()
         return results
 
@@ -333,7 +334,7 @@ class Trainer:
                 if self.position.batch else self.loader
             loader.set_epoch(epoch)  # accelerate re-seeds the sampler from the loader's own epoch counter
             for batch in loader:
-                stats = self._train_step(batch)
+                stats = self.train_step(batch)
                 self.position.batch += 1
                 if self.accelerator.sync_gradients and stats is not None:
                     self.position.step += 1

@@ -89,12 +89,31 @@ def test_written_format_reads_back_identically(tmp_path):
         for key in ("image", "labels", "boxes", "box_labels", "mask"):
             assert torch.equal(a[key], b[key]), key
         assert a["group"] == b["group"] and a["id"] == b["id"]
+    assert disk.group_names == memory.group_names == ("G1 landbird/land", "G2 landbird/water", "G3 waterbird/land",
+                                                       "G4 waterbird/water")
     with pytest.raises(ValueError, match="fixed by its index.json"):
         load_dataset("synthetic-birds", tmp_path / "birds", "test", size=64)
     with pytest.raises(DataError, match="no split 'val'"):
         load_dataset("synthetic-birds", tmp_path / "birds", "val")
     with pytest.raises(DataError, match="holds 'synthetic-birds', not 'synthetic-multilabel'"):
         load_dataset("synthetic-multilabel", tmp_path / "birds", "test")
+
+
+def test_groups_are_named_by_what_they_mean_and_grouped_metrics_use_the_names():
+    from rightreasons import create_model
+    from rightreasons.data import eval_transform
+    from rightreasons.data.synthetic import CONTEXTS
+    from rightreasons.engine.evaluation import evaluate_classifier
+
+    shapes = load_dataset("synthetic-multilabel", None, "val", n=12, size=32, max_objects=1,
+                          transform=eval_transform(32, encoding="bcos", crop_fraction=1.0))
+    assert shapes.group_names == CONTEXTS == ("grass", "water", "sand")
+    torch.manual_seed(0)
+    results = evaluate_classifier(create_model("bcos_cifar10_resnet20", num_classes=len(SHAPES), inplanes=8), shapes,
+                                  batch_size=6, device=torch.device("cpu"), method=None,
+                                  group_names=shapes.group_names)
+    present = {CONTEXTS[g] for g in shapes.groups.tolist()}
+    assert {key.split("/", 1)[1] for key in results if key.startswith("accuracy/")} == present
 
 
 def test_malformed_index_is_named(tmp_path):

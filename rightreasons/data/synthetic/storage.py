@@ -31,13 +31,16 @@ from torch import Tensor
 from ..base import AnnotatedDataset, Records
 from ..errors import DataError
 from ..io import read_text, relative_path, require_file
-from .generate import SPLITS, SyntheticConfig, SyntheticData, generate
+from ..waterbirds import GROUP_NAMES
+from .generate import CONTEXTS, SPLITS, SyntheticConfig, SyntheticData, generate
 
-__all__ = ["FORMAT", "NAMES", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
+__all__ = ["FORMAT", "GROUPS", "NAMES", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
 
 FORMAT, VERSION = "rightreasons-synthetic", 1
 #: dataset name → generation task
 NAMES = {"synthetic-birds": "birds", "synthetic-multilabel": "multilabel"}
+#: what ``sample["group"]`` means per task: the Waterbirds groups, or the context background
+GROUPS = {"birds": GROUP_NAMES, "multilabel": CONTEXTS}
 
 
 class SyntheticDataset(AnnotatedDataset):
@@ -45,7 +48,8 @@ class SyntheticDataset(AnnotatedDataset):
 
     def __init__(self, name: str, split: str, data: SyntheticData, **options) -> None:
         self.images, self.masks = data.images, data.masks
-        super().__init__(data.records, data.classes, name=name, split=split, **options)
+        super().__init__(data.records, data.classes, name=name, split=split, group_names=GROUPS[_task_of(name)],
+                         **options)
 
     def source(self, index: int) -> str:
         return f"{self.name}[{self.split}] image {index}"
@@ -170,4 +174,5 @@ def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "trai
     if not isinstance(classes, list) or not isinstance(index.get("splits"), dict):
         raise DataError(f"{path}: missing 'classes' list or 'splits' object")
     records = _records_from_index(path, index, split, len(classes))
-    return AnnotatedDataset(records, classes, name=name, split=split, image_root=root, **options)
+    return AnnotatedDataset(records, classes, name=name, split=split, image_root=root, group_names=GROUPS[task],
+                            **options)
