@@ -63,16 +63,22 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path 
     """Build a registered model, optionally with weights.
 
     Args:
-        name: a name from :func:`list_models`, e.g. ``"bcos_resnet50"``.
-        pretrained: load the published weights of this architecture (see :mod:`rightreasons.bcos.pretrained`).
+        name: a name from :func:`list_models`, e.g. ``"bcos_resnet50"``, optionally with a weights tag in timm's
+            ``arch.tag`` convention, e.g. ``"bcos_resnet50.long"`` (the architecture is the part before the dot; the
+            tag picks which published weights ``pretrained=True`` loads).
+        pretrained: load the published weights of this architecture (or tag; see :mod:`rightreasons.bcos.pretrained`).
         checkpoint: a local weights file (state dict, release or Lightning checkpoint, or our safetensors file).
         **kwargs: constructor arguments, e.g. ``num_classes=20``. When ``num_classes`` differs from the weights',
             the classifier keeps its fresh initialisation and everything else is loaded.
     """
-    spec = get_model_spec(name)
+    architecture, _, tag = name.partition(".")
+    spec = get_model_spec(architecture)
+    if tag and not pretrained:
+        raise ValueError(f"{name!r} names published weights (tag {tag!r}); pass pretrained=True, or build "
+                         f"{architecture!r} without the tag")
     args = {**spec.defaults, **kwargs}
     model = spec.builder(**args)
-    model.model_args = {"name": name, "kwargs": dict(kwargs)}
+    model.model_args = {"name": architecture, "kwargs": dict(kwargs)}
     if pretrained and checkpoint is not None:
         raise ValueError("pass either pretrained=True or checkpoint=PATH, not both")
     if pretrained or checkpoint is not None:

@@ -1,6 +1,8 @@
 """Localisation losses: direct formulas, edge cases, reductions, gradients through every method × layer, and exact
 second-order gradients of Energy and L1 on B-cos contributions (float64 finite differences)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -83,6 +85,23 @@ def test_ppce_is_bce_on_the_pixels_inside_the_mask():
                                                                                       dtype=torch.float64))
                 for i in range(5)]
     torch.testing.assert_close(ppce_loss(a, m, "none"), torch.stack(expected))
+
+
+def test_ppce_gradient_is_bounded_for_denormal_attributions_and_exact_elsewhere():
+    a = torch.zeros(1, 2, 2)
+    a[0, 0, 0], a[0, 0, 1] = 1.0, 1e-40  # a denormal float32 share of the maximum
+    a.requires_grad_(True)
+    m = torch.tensor([[[True, True], [False, False]]])
+    loss = ppce_loss(a, m, "none")
+    (grad,) = torch.autograd.grad(loss.sum(), a)
+    assert torch.isfinite(grad).all() and 0 < -grad[0, 0, 1] <= 0.5 / 1e-12
+    assert loss.item() == pytest.approx(-0.5 * math.log(1e-40), rel=1e-3)  # not yet at the −100 floor
+
+    # float64, away from the floor: first and second derivatives agree with finite differences
+    x = torch.rand(2, 3, 3, dtype=torch.float64) + 0.05
+    masks = torch.rand(2, 3, 3) > 0.3
+    assert torch.autograd.gradcheck(lambda t: ppce_loss(t, masks, "none"), (x.requires_grad_(),))
+    assert torch.autograd.gradgradcheck(lambda t: ppce_loss(t, masks, "none"), (x,))
 
 
 def test_reductions_average_or_sum_over_annotated_samples():

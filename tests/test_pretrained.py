@@ -140,3 +140,21 @@ def test_file_in_hub_directory_with_other_hash_is_refused(tmp_path, torch_home, 
     path.rename(torch_home / entry.file_name)
     with pytest.raises(CheckpointError, match=f"SHA-256 {digest[:10]}.*prefix {wrong}.*{entry.url}"):
         create_model("bcos_cifar10_resnet20", pretrained=True)
+
+
+def test_weights_tag_in_the_name_picks_the_release_file(tmp_path, torch_home, no_download, monkeypatch):
+    source = create_model("bcos_cifar10_resnet20")
+    path, digest = _release_style_file(tmp_path, source)
+    entry = PretrainedWeights("bcos_cifar10_resnet20", "cifar10_resnet20_long", "test/resnet_20_long",
+                              f"resnet_20_long-{digest[:10]}.pth", 0.0)
+    monkeypatch.setitem(PRETRAINED, "bcos_cifar10_resnet20.long", entry)
+    torch_home.mkdir(parents=True)
+    path.rename(torch_home / entry.file_name)
+    loaded = create_model("bcos_cifar10_resnet20.long", pretrained=True)
+    assert loaded.model_args["name"] == "bcos_cifar10_resnet20"  # the architecture, rebuildable from a model file
+    for key, value in source.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    with pytest.raises(ValueError, match="names published weights .* pass pretrained=True"):
+        create_model("bcos_cifar10_resnet20.long")
+    with pytest.raises(KeyError, match="unknown model 'bcos_resnet5'"):
+        create_model("bcos_resnet5.long", pretrained=True)

@@ -4,8 +4,8 @@
 architecture for the default weights (``"bcos_resnet50"``) and ``<registry name>.<tag>`` for further weights of the same
 architecture, in timm's ``arch.tag`` convention (``"bcos_resnet50.long"``: the 600-epoch recipe). So
 ``create_model("bcos_resnet50", pretrained=True)`` loads the default weights and
-``create_model("bcos_resnet50", checkpoint=download_pretrained("bcos_resnet50.long"))`` (or
-``timm.create_model("bcos_resnet50.long", pretrained=True)``) the long-recipe ones.
+``create_model("bcos_resnet50.long", pretrained=True)`` (or ``timm.create_model("bcos_resnet50.long",
+pretrained=True)``) the long-recipe ones.
 
 Files are GitHub release assets named ``<experiment>-<sha256[:10]>.pth``. :func:`download_pretrained` keeps them in the
 torch hub checkpoint directory (``$TORCH_HOME/hub/checkpoints``), verifies the hash prefix of a file found there, and

@@ -7,8 +7,9 @@ method returns them) and binary masks ``[N, H, W]`` (the union of that class's b
 * ``energy``: ``1 − Σ M·A⁺ / Σ A⁺`` (= 1 − EPG; when ``Σ A⁺ < 1e-7`` it falls back to ``1 − Σ M·A⁺`` as the
   Model-Guidance code does);
 * ``l1``: ``(1/HW) Σ |M − Â⁺|``;
-* ``ppce``: ``−(1/‖M‖₁) Σ M · log Â⁺`` with ``log`` floored at −100 (as ``torch.nn.BCELoss``, which the Model-Guidance
-  code uses) and 0 for an empty mask;
+* ``ppce``: ``−(1/‖M‖₁) Σ M · log Â⁺`` with ``log`` floored at −100 and its derivative ``1/Â⁺`` capped at 1e12
+  (both as ``torch.nn.BCELoss``, which the Model-Guidance code uses; without the cap a denormal Â⁺ overflows
+  float32), and 0 for an empty mask;
 * ``rrr``: ``Σ (1 − M) · Â²`` (RRR*, a sum over pixels, so its scale grows with H·W).
 
 All are finite, with finite gradients, for an empty mask, an all-zero or all-negative attribution and a full mask.
@@ -35,6 +36,8 @@ Reduction = Literal["mean_annotated", "sum", "none"]
 REDUCTIONS = ("mean_annotated", "sum", "none")
 ENERGY_EPS = 1e-7
 LOG_FLOOR = -100.0
+#: smallest denominator of the derivative of PPCE's log (``torch.nn.BCELoss``'s epsilon)
+LOG_GRAD_EPS = 1e-12
 
 
 def _check(attributions: Tensor, masks: Tensor, name: str) -> Tensor:
@@ -105,14 +108,27 @@ def l1_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_an
     return reduce_loss(per_sample, masks, reduction, annotated)
 
 
+class _FlooredLog(torch.autograd.Function):
+    """``log x`` floored at :data:`LOG_FLOOR` for ``x ≥ 0``, with derivative ``1 / max(x, LOG_GRAD_EPS)`` where
+    ``x > 0`` and 0 at ``x = 0``; the backward is built from differentiable operations (second order works)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        return torch.log(x).clamp(min=LOG_FLOOR)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return torch.where(x > 0, grad / x.clamp(min=LOG_GRAD_EPS), torch.zeros_like(grad))
+
+
 def ppce_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
               annotated: Tensor | None = None) -> Tensor:
-    """Per-pixel cross-entropy ``−(1/‖M‖₁) Σ M · log Â⁺`` (eq. 7.4), ``log`` floored at −100, 0 for an empty mask."""
+    """Per-pixel cross-entropy ``−(1/‖M‖₁) Σ M · log Â⁺`` (eq. 7.4), ``log`` floored at −100 with a bounded
+    derivative, 0 for an empty mask."""
     mask = _check(attributions, masks, "ppce_loss")
-    scaled = normalized_positive(attributions)
-    positive = scaled > 0
-    log = torch.where(positive, torch.log(torch.where(positive, scaled, torch.ones_like(scaled))),
-                      torch.full_like(scaled, LOG_FLOOR)).clamp(min=LOG_FLOOR)
+    log = _FlooredLog.apply(normalized_positive(attributions))
     per_sample = -_safe_divide(_pixel_sum(mask * log), _pixel_sum(mask))
     return reduce_loss(per_sample, masks, reduction, annotated)
 
