@@ -18,6 +18,7 @@ from .base import AnnotatedDataset, Records
 from .boxes import BOX_POLICIES, boxes_to_masks, check_boxes, class_masks, complement_boxes, dilate_boxes
 from .coco import COCO2014
 from .errors import BoxWarning, DataError
+from .imagenet import ImageNet
 from .sample import collate, make_sample
 from .synthetic import SyntheticConfig, generate, load_synthetic, write_synthetic
 from .transforms import (ENCODINGS, AttachExplanations, ExplanationMap, SanitizeBoxes, base_view, encode,
@@ -26,11 +27,11 @@ from .voc import VOC_CLASSES, VOC2007
 from .waterbirds import GROUP_NAMES, Waterbirds100
 
 __all__ = ["BOX_POLICIES", "COMMON_OPTIONS", "DATASETS", "ENCODINGS", "GROUP_NAMES", "VOC_CLASSES", "AnnotatedDataset",
-           "AttachExplanations", "BoxWarning", "COCO2014", "DataError", "ExplanationMap", "Records", "SanitizeBoxes",
-           "SyntheticConfig", "VOC2007", "Waterbirds100", "annotated_count", "base_view", "boxes_to_masks",
-           "check_boxes", "class_masks", "collate", "complement_boxes", "dilate_boxes", "encode", "eval_transform",
-           "generate", "load_dataset", "load_synthetic", "make_sample", "select_annotated", "train_transform",
-           "write_synthetic"]
+           "AttachExplanations", "BoxWarning", "COCO2014", "DataError", "ExplanationMap", "ImageNet", "Records",
+           "SanitizeBoxes", "SyntheticConfig", "VOC2007", "Waterbirds100", "annotated_count", "base_view",
+           "boxes_to_masks", "check_boxes", "class_masks", "collate", "complement_boxes", "dilate_boxes", "encode",
+           "eval_transform", "generate", "load_dataset", "load_synthetic", "make_sample", "select_annotated",
+           "train_transform", "write_synthetic"]
 
 
 #: name → builder ``(root, split, **options)``; ``root`` may be None for the synthetic datasets (generated in memory).
@@ -38,6 +39,7 @@ DATASETS: dict[str, Callable[..., AnnotatedDataset]] = {
     "voc2007": VOC2007,
     "coco2014": COCO2014,
     "waterbirds100": Waterbirds100,
+    "imagenet": ImageNet,
     "synthetic-birds": partial(load_synthetic, "synthetic-birds"),
     "synthetic-multilabel": partial(load_synthetic, "synthetic-multilabel"),
 }
@@ -53,8 +55,8 @@ def load_dataset(name: str, root: str | os.PathLike | None, split: str, **option
 
     ``options``: the common ones (``transform``, ``annotated_fraction``, ``annotation_seed``, ``box_dilation``,
     ``box_policy``) and those of the dataset (e.g. ``use_difficult`` for VOC, ``crowd`` for COCO, ``task`` for
-    Waterbirds, ``n``/``size``/``correlation``/``difficulty``/``seed`` for the synthetic ones). Unknown names or
-    options are errors that list the valid ones.
+    Waterbirds, ``synset_file`` for ImageNet, ``n``/``size``/``correlation``/``difficulty``/``seed`` for the synthetic
+    ones). Unknown names or options are errors that list the valid ones.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")

@@ -6,12 +6,13 @@ from rightreasons.data import COMMON_OPTIONS, DATASETS, load_dataset
 
 
 def test_every_name_is_registered():
-    assert list(DATASETS) == ["voc2007", "coco2014", "waterbirds100", "synthetic-birds", "synthetic-multilabel"]
+    assert list(DATASETS) == ["voc2007", "coco2014", "waterbirds100", "imagenet", "synthetic-birds",
+                              "synthetic-multilabel"]
 
 
 def test_unknown_names_and_options_list_the_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="unknown dataset 'voc2012'; expected one of voc2007, coco2014, waterbirds100, "
-                                         "synthetic-birds, synthetic-multilabel"):
+                                         "imagenet, synthetic-birds, synthetic-multilabel"):
         load_dataset("voc2012", tmp_path, "train")
     with pytest.raises(ValueError, match=r"unknown option\(s\) crowd for dataset 'voc2007'; valid: use_difficult, "
                                          r"segmentation_only, box_policy, transform, annotated_fraction"):
