@@ -7,6 +7,12 @@
   guidance at intermediate layers.
 * ``vit_tiny_patch16_224`` and ``vit_small_patch16_224`` are timm's ViTs (``pretrained=False``; ``img_size`` and the
   other timm arguments pass through).
+* ``simple_vit_{ti,s,b,l}_patch16_224`` and ``vitc_{ti,s,b,l}_patch1_14`` are the standard Simple ViTs and ViT-c of the
+  B-cos v2 release (:class:`StandardSimpleViT`): the architecture of :class:`~rightreasons.bcos.models.vit.SimpleViT`
+  with the release's standard layers (:data:`STANDARD_VIT_LAYERS`) and its key layout, so that the release's
+  ``standard_*`` weights load with ``pretrained=True``. They take 3-channel images normalised with the ImageNet mean
+  and std. Their ``forward_features`` returns tokens ``[N, T, dim]``, not a feature map, and they name no guidance
+  stages (as the B-cos ViTs).
 * ``xdnn_resnet50`` is the X-ResNet-50 of Hesse et al., "Fast Axiomatic Attribution for Neural Networks" (NeurIPS
   2021): a ResNet-50 without any additive term, so that the network is positively homogeneous, ``f(αx) = α f(x)`` for
   ``α ≥ 0`` (ReLU and max-pooling are positively homogeneous, convs/linears without bias are linear). The input
@@ -29,15 +35,18 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.models import densenet as tv_densenet
 from torchvision.models import resnet as tv_resnet
 
 from .bcos.encoding import check_input_channels
+from .bcos.models.vit import RELEASE_VITS, SimpleViT, ViTLayers
 from .registry import register_model
 
-__all__ = ["DenseNet", "ResNet", "XResNet", "vision_transformer"]
+__all__ = ["DenseNet", "ResNet", "STANDARD_VIT_LAYERS", "SoftmaxAttention", "StandardSimpleViT", "XResNet",
+           "vision_transformer"]
 
 
 def _replace_stem(conv: nn.Conv2d, in_chans: int) -> nn.Conv2d:
@@ -161,6 +170,51 @@ class DenseNet(tv_densenet.DenseNet):
         return self.forward_head(self.forward_features(x))
 
 
+class SoftmaxAttention(nn.Module):
+    """Scaled dot-product attention ``softmax(q kᵀ / sqrt(d)) v`` as plain tensor operations, as in the release (so its
+    logits are reproduced exactly, and higher-order gradients work). ``q, k, v [N, heads, T, d] -> [N, heads, T, d]``.
+
+    Args:
+        dim_head: features per head ``d``.
+        heads: number of heads (part of the :class:`~rightreasons.bcos.models.vit.ViTLayers` ``attend`` signature; the
+            computation does not need it).
+    """
+
+    def __init__(self, dim_head: int, heads: int) -> None:
+        super().__init__()
+        self.scale = dim_head ** -0.5
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return torch.matmul((torch.matmul(q, k.transpose(-1, -2)) * self.scale).softmax(dim=-1), v)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:.4g}"
+
+
+STANDARD_VIT_LAYERS = ViTLayers(linear=nn.Linear, conv=nn.Conv2d, token_norm=nn.LayerNorm,
+                                stem_norm=partial(nn.GroupNorm, 1), attend=SoftmaxAttention, act=nn.GELU)
+"""The release's standard ViT layers: linear layers and convs with biases (the attention output projection without),
+affine LayerNorms (the stem's over (C, H, W), a GroupNorm with one group), GELU in the stem and the MLP, softmax
+attention without dynamic-linear layers (so B-cos explanations are refused for these models)."""
+
+
+class StandardSimpleViT(SimpleViT):
+    """Standard Simple ViT / ViT-c of the B-cos v2 release: ``[N, in_chans, image_size, image_size] -> logits
+    [N, num_classes]`` (no logit layer).
+
+    Args:
+        image_size, patch_size, num_classes, dim, depth, heads, mlp_dim, conv_stem: as for
+            :class:`~rightreasons.bcos.models.vit.SimpleViT`.
+        in_chans: input channels (3: images normalised with the ImageNet mean and std).
+    """
+
+    def __init__(self, image_size: int = 224, patch_size: int = 16, num_classes: int = 1000, dim: int = 192,
+                 depth: int = 12, heads: int = 3, mlp_dim: int = 768, in_chans: int = 3,
+                 conv_stem: Sequence[int] | None = None) -> None:
+        super().__init__(STANDARD_VIT_LAYERS, image_size, patch_size, num_classes, dim, depth, heads, mlp_dim,
+                         in_chans, conv_stem, logit_layer=None)
+
+
 def vision_transformer(arch: str, **kwargs: Any) -> nn.Module:
     """timm's ViT ``arch`` without weights (``img_size``, ``num_classes``, ... are passed through to timm)."""
     import timm
@@ -183,3 +237,6 @@ for _name, _blocks in {"densenet121": (6, 12, 24, 16), "densenet169": (6, 12, 32
 
 for _name in ("vit_tiny_patch16_224", "vit_small_patch16_224"):
     register_model(_name, partial(vision_transformer, _name), family="vit", bcos=False)
+
+for _name, _args in RELEASE_VITS.items():
+    register_model(_name, StandardSimpleViT, family="vit", bcos=False, **_args)

@@ -20,6 +20,7 @@ FAMILY_CASES = {
     ("vgg", True): ("bcos_vgg11_bnu", {"hidden_features": 16}, 32),
     ("convnext", True): ("bcos_convnext_atto", {}, 32),
     ("vit", True): ("bcos_simple_vit_ti_patch16_224", {"image_size": 32, "depth": 1}, 32),
+    ("vit", False): ("simple_vit_ti_patch16_224", {"image_size": 32, "depth": 1}, 32),
     ("holistic_vit", True): ("bcos_holistic_vit_ti", {"image_size": 32, "depth": 1}, 32),
 }
 

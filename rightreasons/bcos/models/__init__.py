@@ -59,15 +59,12 @@ for _size, (_depths, _dims, _drop) in CONVNEXT_SIZES.items():
 
 # --- B-cos ViTs of the release (simple ViT, ViT-c) and holistic B-cos ViTs ---
 from .holistic_vit import BcosHolisticViT  # noqa: E402
-from .vit import SIMPLE_VIT_SIZES, VITC_STEMS, BcosSimpleViT  # noqa: E402
+from .vit import RELEASE_VITS, SIMPLE_VIT_SIZES, BcosSimpleViT  # noqa: E402
 
 __all__ += ["BcosHolisticViT", "BcosSimpleViT"]
 
-for _size, _cfg in SIMPLE_VIT_SIZES.items():
-    register_model(f"bcos_simple_vit_{_size}_patch16_224", BcosSimpleViT, family="vit", image_size=224,
-                   patch_size=16, **_cfg)
-    register_model(f"bcos_vitc_{_size}_patch1_14", BcosSimpleViT, family="vit", image_size=224, patch_size=1,
-                   conv_stem=VITC_STEMS[_size], **{**_cfg, "depth": _cfg["depth"] - 1})
+for _name, _args in RELEASE_VITS.items():  # the standard twins are registered in rightreasons.standard
+    register_model(f"bcos_{_name}", BcosSimpleViT, family="vit", **_args)
 
 _DENSENET121_CUTS = {13: ("features.denseblock1", 4), 38: ("features.denseblock2", 2), 87: ("features.denseblock3", 1)}
 """Conv layers of DenseNet-121 → (submodule after them, tokeniser patch size giving 14×14 tokens at 224 px)."""

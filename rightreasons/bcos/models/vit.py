@@ -1,20 +1,24 @@
-"""B-cos Simple ViTs and ViT-c of the B-cos v2 release (``SCIENCE.md`` §5), with the release's module names.
+"""The Simple ViT and ViT-c of the B-cos v2 release (``SCIENCE.md`` §5), B-cos or standard, with the release's module
+names.
 
-``BcosSimpleViT`` computes, for a six-channel image ``[N, 6, H, W]``:
+:class:`SimpleViT` computes, for an image ``[N, C, H, W]``:
 
-* patch embedding (``to_patch_embedding``): an optional conv stem of 3×3 B-cos convs, each followed by a bias-free
-  LayerNorm over (C, H, W) (stride 2 where the width grows: the ViT-c of "Early convolutions help transformers see
-  better"), then non-overlapping ``p×p`` patches flattened in ``(p1, p2, c)`` order and a B-cos linear layer;
+* patch embedding (``to_patch_embedding``): an optional conv stem of 3×3 convs, each followed by a LayerNorm over
+  (C, H, W) (stride 2 where the width grows: the ViT-c of "Early convolutions help transformers see better"), then
+  non-overlapping ``p×p`` patches flattened in ``(p1, p2, c)`` order and a linear layer;
 * a fixed 2-D sin-cos positional embedding added to the tokens;
-* encoder blocks ``x = attn(x) + x; x = ff(x) + x`` with attention = bias-free LayerNorm → plain q/k/v linear (no
-  bias) → softmax attention (the attention matrix is a dynamic weight, see :mod:`rightreasons.bcos.attention`) →
-  B-cos output projection, and MLP = bias-free LayerNorm → B-cos linear → B-cos linear (no activation);
-* mean pooling over tokens, head = bias-free LayerNorm → B-cos linear, then the fixed :class:`LogitLayer`.
+* encoder blocks ``x = attn(x) + x; x = ff(x) + x`` with attention = LayerNorm → plain q/k/v linear (no bias) →
+  softmax attention → output projection (no bias), and MLP = LayerNorm → linear → linear;
+* mean pooling over tokens, head = LayerNorm → linear.
 
-The release saves these models wrapped as ``Sequential(vit, logit_layer)``, so its keys start with ``0.``;
-:func:`rightreasons.checkpoints.load_weights` strips that prefix and the logit layer has no state, so the keys match.
+Which layers fill these slots is a :class:`ViTLayers` kit; the module names, and so the state-dict keys, do not depend
+on it. :class:`BcosSimpleViT` (six-channel input) uses :func:`bcos_layers`: B-cos linear layers and convs, bias-free
+LayerNorms, no activation, the attention matrix applied as a dynamic weight (see :mod:`rightreasons.bcos.attention`),
+and the fixed :class:`LogitLayer` after the head. The release saves it wrapped as ``Sequential(vit, logit_layer)``, so
+its keys start with ``0.``; :func:`rightreasons.checkpoints.load_weights` strips that prefix and the logit layer has no
+state, so the keys match. The standard twin (:class:`rightreasons.standard.StandardSimpleViT`) uses plain layers.
 
-The additive positional embedding makes the model *affine*, not linear (``is_affine = True``): the contributions
+The additive positional embedding makes the B-cos model *affine*, not linear (``is_affine = True``): the contributions
 ``Σ W(x) ⊙ x`` miss the part of the logit that the embedding produces. The LayerNorms' centring and the attention matrix
 are part of ``W(x)``; the token count is fixed by the embedding, so the input size is fixed too.
 """
@@ -22,7 +26,9 @@ are part of ``W(x)``; the token count is fixed by the embedding, so the input si
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -32,8 +38,9 @@ from ..encoding import check_input_channels
 from ..layers import BcosConv2d, BcosLinear, LogitLayer, default_logit_bias
 from ..norms import NORM_LAYERS, LayerNorm, NoBias
 
-__all__ = ["BcosAttention", "BcosSimpleViT", "EncoderBlock", "FeedForward", "PatchEmbedding", "SIMPLE_VIT_SIZES",
-           "VITC_STEMS", "check_image_size", "sincos_2d_embedding"]
+__all__ = ["Attention", "BcosSimpleViT", "EncoderBlock", "FeedForward", "MeanPooledHead", "PatchEmbedding",
+           "RELEASE_VITS", "SIMPLE_VIT_SIZES", "SimpleViT", "VITC_STEMS", "ViTLayers", "bcos_layers",
+           "check_image_size", "sincos_2d_embedding"]
 
 LinearFactory = Callable[[int, int], nn.Module]
 
@@ -52,6 +59,51 @@ VITC_STEMS: dict[str, tuple[int, ...]] = {
     "l": (64, 128, 128, 256, 256, 512),
 }
 """Output channels of the ViT-c conv stems (four stride-2 convs: 224 px → 14×14 tokens)."""
+
+
+def _release_vits() -> dict[str, dict[str, Any]]:
+    configs: dict[str, dict[str, Any]] = {}
+    for size, cfg in SIMPLE_VIT_SIZES.items():
+        configs[f"simple_vit_{size}_patch16_224"] = dict(image_size=224, patch_size=16, **cfg)
+        configs[f"vitc_{size}_patch1_14"] = dict(image_size=224, patch_size=1, conv_stem=VITC_STEMS[size],
+                                                 **{**cfg, "depth": cfg["depth"] - 1})
+    return configs
+
+
+RELEASE_VITS: dict[str, dict[str, Any]] = _release_vits()
+"""The release's ViT architectures → constructor arguments: ``simple_vit_{ti,s,b,l}_patch16_224`` and
+``vitc_{ti,s,b,l}_patch1_14`` (one block less than the plain ViT of the same size, for its conv stem). Registered as
+``bcos_<name>`` (:class:`BcosSimpleViT`) and ``<name>`` (the standard twin)."""
+
+
+@dataclass(frozen=True)
+class ViTLayers:
+    """The layers that make a :class:`SimpleViT` B-cos or standard (module names and key layout are the same).
+
+    Attributes:
+        linear: ``linear(in, out, bias=...)``: patch embedding, MLP and head (default bias), attention output
+            projection (called with ``bias=False``). Shapes ``[*, in] -> [*, out]``.
+        conv: ``conv(in, out, kernel_size=, stride=, padding=)`` of the ViT-c stem.
+        token_norm: ``token_norm(dim)``, a norm over the last dimension of ``[N, T, dim]`` tokens.
+        stem_norm: ``stem_norm(channels)``, a norm over (C, H, W) of the stem's ``[N, C, H, W]`` maps.
+        attend: ``attend(dim_head, heads)``: softmax attention ``q, k, v [N, heads, T, d] -> [N, heads, T, d]``.
+        act: ``act()`` after every stem norm and between the two MLP layers, or ``None`` for no activation (no module
+            is then created).
+    """
+
+    linear: Callable[..., nn.Module]
+    conv: Callable[..., nn.Module]
+    token_norm: Callable[[int], nn.Module]
+    stem_norm: Callable[[int], nn.Module]
+    attend: Callable[[int, int], nn.Module]
+    act: Callable[[], nn.Module] | None
+
+
+def bcos_layers(b: float) -> ViTLayers:
+    """The B-cos ViT's layers: B-cos linear layers and convs with exponent ``b``, bias-free LayerNorms (centred), the
+    attention matrix as a dynamic weight, no activation."""
+    return ViTLayers(linear=partial(BcosLinear, b=b), conv=partial(BcosConv2d, b=b), token_norm=NoBias(LayerNorm),
+                     stem_norm=NORM_LAYERS["ln"], attend=AttentionMixing, act=None)
 
 
 def sincos_2d_embedding(height: int, width: int, dim: int, temperature: float = 10_000.0) -> Tensor:
@@ -76,40 +128,43 @@ def check_image_size(x: Tensor, image_size: int, model_name: str, detail: str) -
                          f"got {x.shape[-2]}×{x.shape[-1]}")
 
 
-def _conv_stem(in_chans: int, channels: Sequence[int], b: float) -> tuple[nn.Sequential, int]:
-    """3×3 B-cos conv + bias-free LayerNorm over (C, H, W) per entry of ``channels``; stride 2 where the width grows.
+def _conv_stem(in_chans: int, channels: Sequence[int], layers: ViTLayers) -> tuple[nn.Sequential, int]:
+    """3×3 conv + norm over (C, H, W) (+ activation) per entry of ``channels``; stride 2 where the width grows.
 
-    Returns the stem and its total stride. Modules are named ``3i`` (conv) and ``3i+1`` (norm) because the release had
-    an identity activation at ``3i+2``; the names keep its state-dict keys.
+    Returns the stem and its total stride. Modules are named ``3i`` (conv), ``3i+1`` (norm) and ``3i+2`` (activation,
+    absent without one), as in the release's stem, so that its state-dict keys match.
     """
-    layers: OrderedDict[str, nn.Module] = OrderedDict()
+    modules: OrderedDict[str, nn.Module] = OrderedDict()
     stride = 1
     for i, out in enumerate(channels):
         step = 2 if out > in_chans else 1
-        layers[str(3 * i)] = BcosConv2d(in_chans, out, kernel_size=3, stride=step, padding=1, b=b)
-        layers[str(3 * i + 1)] = NORM_LAYERS["ln"](out)
+        modules[str(3 * i)] = layers.conv(in_chans, out, kernel_size=3, stride=step, padding=1)
+        modules[str(3 * i + 1)] = layers.stem_norm(out)
+        if layers.act is not None:
+            modules[str(3 * i + 2)] = layers.act()
         in_chans, stride = out, stride * step
-    return nn.Sequential(layers), stride
+    return nn.Sequential(modules), stride
 
 
 class PatchEmbedding(nn.Module):
     """``[N, C, H, W] -> [N, H/s, W/s, dim]`` with ``s`` = stem stride × patch size.
 
     An optional conv stem (``conv_stem``), then each ``p×p`` patch flattened in ``(p1, p2, c)`` order and projected by
-    a B-cos linear layer (``linear``).
+    ``linear``.
     """
 
-    def __init__(self, in_chans: int, dim: int, patch_size: int, conv_stem: Sequence[int] | None, b: float) -> None:
+    def __init__(self, in_chans: int, dim: int, patch_size: int, conv_stem: Sequence[int] | None,
+                 layers: ViTLayers) -> None:
         super().__init__()
         self.patch_size = patch_size
         self.stride = patch_size
         if conv_stem:
-            self.conv_stem, stem_stride = _conv_stem(in_chans, conv_stem, b)
+            self.conv_stem, stem_stride = _conv_stem(in_chans, conv_stem, layers)
             self.stride *= stem_stride
             in_chans = conv_stem[-1]
         else:
             self.conv_stem = None
-        self.linear = BcosLinear(in_chans * patch_size * patch_size, dim, b=b)
+        self.linear = layers.linear(in_chans * patch_size * patch_size, dim)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.conv_stem is not None:
@@ -120,21 +175,21 @@ class PatchEmbedding(nn.Module):
         return self.linear(patches)
 
 
-class BcosAttention(nn.Module):
-    """Release attention: norm → plain ``to_qkv`` (no bias) → softmax attention (``attend``) → B-cos ``to_out``.
+class Attention(nn.Module):
+    """Release attention: ``norm`` → plain ``to_qkv`` (no bias) → ``attend`` → ``to_out`` (no bias).
 
     Shapes: ``[N, T, dim] -> [N, T, dim]``.
     """
 
-    def __init__(self, dim: int, heads: int, b: float) -> None:
+    def __init__(self, dim: int, heads: int, layers: ViTLayers) -> None:
         super().__init__()
         if dim % heads:
-            raise ValueError(f"BcosAttention: dim={dim} must be divisible by heads={heads}")
+            raise ValueError(f"Attention: dim={dim} must be divisible by heads={heads}")
         self.heads = heads
-        self.norm = NoBias(LayerNorm)(dim)
+        self.norm = layers.token_norm(dim)
         self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.attend = AttentionMixing(dim // heads, heads)
-        self.to_out = BcosLinear(dim, dim, b=b)
+        self.attend = layers.attend(dim // heads, heads)
+        self.to_out = layers.linear(dim, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
@@ -142,19 +197,24 @@ class BcosAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """MLP ``net`` = (optional ``norm``) → ``linear1`` → ``linear2`` without activation: ``[N, T, dim] -> [N, T, dim]``.
+    """MLP ``net`` = (optional ``norm``) → ``linear1`` → (optional ``act``) → ``linear2``:
+    ``[N, T, dim] -> [N, T, dim]``.
 
     Args:
-        linear: factory ``linear(in, out)`` of the B-cos layers (e.g. with MaxOut).
+        linear: factory ``linear(in, out)`` of the two layers (e.g. B-cos layers with MaxOut).
         norm: token norm before the first layer, or ``None`` (the holistic ViT has none).
+        act: activation between the layers, or ``None`` (the B-cos ViTs have none).
     """
 
-    def __init__(self, dim: int, hidden_dim: int, linear: LinearFactory, norm: nn.Module | None) -> None:
+    def __init__(self, dim: int, hidden_dim: int, linear: LinearFactory, norm: nn.Module | None,
+                 act: nn.Module | None = None) -> None:
         super().__init__()
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         if norm is not None:
             layers["norm"] = norm
         layers["linear1"] = linear(dim, hidden_dim)
+        if act is not None:
+            layers["act"] = act
         layers["linear2"] = linear(hidden_dim, dim)
         self.net = nn.Sequential(layers)
 
@@ -176,46 +236,47 @@ class EncoderBlock(nn.Module):
 
 
 class MeanPooledHead:
-    """The head of the B-cos ViTs: mean-pool the tokens, apply the classifier module named :attr:`head_name`, then the
-    fixed logit layer (a mixin for ``nn.Module`` subclasses that define ``forward_features``)."""
+    """The head of the ViTs: mean-pool the tokens, apply the classifier module named :attr:`head_name`, then the
+    model's ``logit_layer`` (the fixed logit transform of B-cos models; ``None`` for standard ones). A mixin for
+    ``nn.Module`` subclasses that define ``forward_features``."""
 
     head_name: str
+    logit_layer: nn.Module | None
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
         """Tokens ``[N, T, dim]`` → logits ``[N, num_classes]``, or the mean-pooled tokens ``[N, dim]`` with
         ``pre_logits``."""
         x = x.mean(dim=1)
-        return x if pre_logits else self.logit_layer(getattr(self, self.head_name)(x))
+        if pre_logits:
+            return x
+        x = getattr(self, self.head_name)(x)
+        return x if self.logit_layer is None else self.logit_layer(x)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))
 
 
-class BcosSimpleViT(MeanPooledHead, nn.Module):
-    """B-cos Simple ViT / ViT-c: ``[N, in_chans, image_size, image_size] -> logits [N, num_classes]``.
+class SimpleViT(MeanPooledHead, nn.Module):
+    """Simple ViT / ViT-c built from a :class:`ViTLayers` kit: ``[N, in_chans, image_size, image_size] -> logits
+    [N, num_classes]``. Use :class:`BcosSimpleViT` or :class:`rightreasons.standard.StandardSimpleViT`.
 
     Args:
+        layers: the layer kit (B-cos or standard).
         image_size: input height and width in pixels (fixed: the positional embedding fixes the token grid).
         patch_size: patch side after the stem (16 for the plain ViTs, 1 for ViT-c).
         num_classes: outputs of the head.
         dim, depth, heads, mlp_dim: transformer width, blocks, attention heads (``dim_head = dim // heads``) and MLP
             width.
-        in_chans: input channels (6 for the ``[x, 1 − x]`` encoding).
+        in_chans: input channels.
         conv_stem: output channels of the ViT-c conv stem, or ``None`` for a plain patch embedding.
-        b: B-cos exponent of every B-cos layer.
-        logit_bias: fixed logit bias; ``None`` means ``-log(num_classes - 1)``; 0.0 is honoured.
-        logit_temperature: fixed logit temperature (``None`` = 1).
+        logit_layer: module applied to the head's output (no state), or ``None``.
     """
 
     head_name = "linear_head"
 
-    is_affine = True
-    """The additive positional embedding is a constant term: ``logit − logit_bias ≠ Σ W(x) ⊙ x`` in general."""
-
-    def __init__(self, image_size: int = 224, patch_size: int = 16, num_classes: int = 1000, dim: int = 192,
-                 depth: int = 12, heads: int = 3, mlp_dim: int = 768, in_chans: int = 6,
-                 conv_stem: Sequence[int] | None = None, b: float = 2, logit_bias: float | None = None,
-                 logit_temperature: float | None = None) -> None:
+    def __init__(self, layers: ViTLayers, image_size: int, patch_size: int, num_classes: int, dim: int, depth: int,
+                 heads: int, mlp_dim: int, in_chans: int, conv_stem: Sequence[int] | None,
+                 logit_layer: nn.Module | None) -> None:
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
@@ -223,7 +284,7 @@ class BcosSimpleViT(MeanPooledHead, nn.Module):
         self.in_chans = in_chans
         self.num_features = dim
         self.image_size = image_size
-        self.to_patch_embedding = PatchEmbedding(in_chans, dim, patch_size, conv_stem, b)
+        self.to_patch_embedding = PatchEmbedding(in_chans, dim, patch_size, conv_stem, layers)
         stride = self.to_patch_embedding.stride
         if image_size % stride:
             stem = f" (conv stem stride {stride // patch_size} × patch_size {patch_size})" if conv_stem else ""
@@ -231,20 +292,17 @@ class BcosSimpleViT(MeanPooledHead, nn.Module):
         self.grid_size = image_size // stride
         self.register_buffer("pos_embedding", sincos_2d_embedding(self.grid_size, self.grid_size, dim),
                              persistent=False)
-
-        def linear(i: int, o: int) -> BcosLinear:
-            return BcosLinear(i, o, b=b)
-
         self.transformer = nn.Sequential(OrderedDict(
-            (f"encoder_{i}", EncoderBlock(BcosAttention(dim, heads, b),
-                                          FeedForward(dim, mlp_dim, linear, NoBias(LayerNorm)(dim))))
+            (f"encoder_{i}", EncoderBlock(Attention(dim, heads, layers),
+                                          FeedForward(dim, mlp_dim, layers.linear, layers.token_norm(dim),
+                                                      None if layers.act is None else layers.act())))
             for i in range(depth)))
-        self.linear_head = nn.Sequential(OrderedDict(norm=NoBias(LayerNorm)(dim), linear=linear(dim, num_classes)))
-        self.logit_layer = LogitLayer(default_logit_bias(num_classes) if logit_bias is None else logit_bias,
-                                      logit_temperature)
+        self.linear_head = nn.Sequential(OrderedDict(norm=layers.token_norm(dim),
+                                                     linear=layers.linear(dim, num_classes)))
+        self.logit_layer = logit_layer
 
     def get_classifier(self) -> nn.Module:
-        """The B-cos linear layer of the head (its norm is shared by every class)."""
+        """The linear layer of the head (its norm is shared by every class)."""
         return self.linear_head.linear
 
     def forward_features(self, x: Tensor) -> Tensor:
@@ -256,3 +314,28 @@ class BcosSimpleViT(MeanPooledHead, nn.Module):
                          "positional embedding")
         tokens = self.to_patch_embedding(x).flatten(1, 2) + self.pos_embedding
         return self.transformer(tokens)
+
+
+class BcosSimpleViT(SimpleViT):
+    """B-cos Simple ViT / ViT-c (:func:`bcos_layers`): ``[N, in_chans, image_size, image_size] -> logits
+    [N, num_classes]``.
+
+    Args:
+        image_size, patch_size, num_classes, dim, depth, heads, mlp_dim, conv_stem: as for :class:`SimpleViT`.
+        in_chans: input channels (6 for the ``[x, 1 − x]`` encoding).
+        b: B-cos exponent of every B-cos layer.
+        logit_bias: fixed logit bias; ``None`` means ``-log(num_classes - 1)``; 0.0 is honoured.
+        logit_temperature: fixed logit temperature (``None`` = 1).
+    """
+
+    is_affine = True
+    """The additive positional embedding is a constant term: ``logit − logit_bias ≠ Σ W(x) ⊙ x`` in general."""
+
+    def __init__(self, image_size: int = 224, patch_size: int = 16, num_classes: int = 1000, dim: int = 192,
+                 depth: int = 12, heads: int = 3, mlp_dim: int = 768, in_chans: int = 6,
+                 conv_stem: Sequence[int] | None = None, b: float = 2, logit_bias: float | None = None,
+                 logit_temperature: float | None = None) -> None:
+        logit_layer = LogitLayer(default_logit_bias(num_classes) if logit_bias is None else logit_bias,
+                                 logit_temperature)
+        super().__init__(bcos_layers(b), image_size, patch_size, num_classes, dim, depth, heads, mlp_dim, in_chans,
+                         conv_stem, logit_layer)
