@@ -250,7 +250,7 @@ def e2kd_frozen_step(settings: Settings) -> list[Row]:
              f"lambda = 5, {steps} alternating steps after {warmup} warm-up")
     return [Row("e2kd-frozen-step", step(frozen), step(live), speedup, ">= 2.0", speedup >= 2.0,
                 f"{setup}; ours = frozen-explanation step, reference = live step (both with batch loading); "
-                "ratio = live / frozen"),
+                "ratio = live / frozen, of the mean step times"),
             Row("e2kd-cache-loader", frozen["loader_seconds"], step(frozen), frozen["loader_fraction"], "< 0.10",
                 frozen["loader_fraction"] < 0.10,
                 f"{setup}; ours = loading a batch with cached explanations (crop + flip of image and map), "
