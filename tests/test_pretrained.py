@@ -111,49 +111,46 @@ def test_simulated_offline_network(torch_home, no_download, monkeypatch, network
         release.set()
 
 
-def _release_style_file(tmp_path: Path, model: torch.nn.Module) -> tuple[Path, str]:
+def _install_release_file(tmp_path: Path, torch_home: Path, monkeypatch: pytest.MonkeyPatch, weights_name: str,
+                          model: torch.nn.Module, wrong_hash: bool = False) -> tuple[PretrainedWeights, str]:
+    """Save ``model``'s state dict as a release-style file named with its SHA-256 prefix (or a wrong one), put it in
+    the hub directory and register it under ``weights_name``; returns the entry and the file's real SHA-256."""
     path = tmp_path / "weights.pth"
     torch.save(model.state_dict(), path)
-    return path, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def test_file_in_hub_directory_with_matching_hash_is_loaded(tmp_path, torch_home, no_download, monkeypatch):
-    source = create_model("bcos_cifar10_resnet20")
-    path, digest = _release_style_file(tmp_path, source)
-    entry = PretrainedWeights("bcos_cifar10_resnet20", "cifar10_resnet20", "test/resnet_20",
-                              f"resnet_20-{digest[:10]}.pth", 0.0)
-    monkeypatch.setitem(PRETRAINED, "bcos_cifar10_resnet20", entry)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    prefix = ("0123456789" if not digest.startswith("0123456789") else "9876543210") if wrong_hash else digest[:10]
+    stem = weights_name.replace(".", "_")
+    entry = PretrainedWeights(weights_name.split(".")[0], stem, f"test/{stem}", f"{stem}-{prefix}.pth", 0.0)
+    monkeypatch.setitem(PRETRAINED, weights_name, entry)
     torch_home.mkdir(parents=True)
     path.rename(torch_home / entry.file_name)
-    loaded = create_model("bcos_cifar10_resnet20", pretrained=True)
+    return entry, digest
+
+
+def _assert_same_weights(loaded: torch.nn.Module, source: torch.nn.Module) -> None:
     for key, value in source.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
 
 
+def test_file_in_hub_directory_with_matching_hash_is_loaded(tmp_path, torch_home, no_download, monkeypatch):
+    source = create_model("bcos_cifar10_resnet20")
+    _install_release_file(tmp_path, torch_home, monkeypatch, "bcos_cifar10_resnet20", source)
+    _assert_same_weights(create_model("bcos_cifar10_resnet20", pretrained=True), source)
+
+
 def test_file_in_hub_directory_with_other_hash_is_refused(tmp_path, torch_home, no_download, monkeypatch):
-    path, digest = _release_style_file(tmp_path, create_model("bcos_cifar10_resnet20"))
-    wrong = "0123456789" if not digest.startswith("0123456789") else "9876543210"
-    entry = PretrainedWeights("bcos_cifar10_resnet20", "cifar10_resnet20", "test/resnet_20", f"resnet_20-{wrong}.pth",
-                              0.0)
-    monkeypatch.setitem(PRETRAINED, "bcos_cifar10_resnet20", entry)
-    torch_home.mkdir(parents=True)
-    path.rename(torch_home / entry.file_name)
-    with pytest.raises(CheckpointError, match=f"SHA-256 {digest[:10]}.*prefix {wrong}.*{entry.url}"):
+    entry, digest = _install_release_file(tmp_path, torch_home, monkeypatch, "bcos_cifar10_resnet20",
+                                          create_model("bcos_cifar10_resnet20"), wrong_hash=True)
+    with pytest.raises(CheckpointError, match=f"SHA-256 {digest[:10]}.*prefix {entry.sha256_prefix}.*{entry.url}"):
         create_model("bcos_cifar10_resnet20", pretrained=True)
 
 
 def test_weights_tag_in_the_name_picks_the_release_file(tmp_path, torch_home, no_download, monkeypatch):
     source = create_model("bcos_cifar10_resnet20")
-    path, digest = _release_style_file(tmp_path, source)
-    entry = PretrainedWeights("bcos_cifar10_resnet20", "cifar10_resnet20_long", "test/resnet_20_long",
-                              f"resnet_20_long-{digest[:10]}.pth", 0.0)
-    monkeypatch.setitem(PRETRAINED, "bcos_cifar10_resnet20.long", entry)
-    torch_home.mkdir(parents=True)
-    path.rename(torch_home / entry.file_name)
+    _install_release_file(tmp_path, torch_home, monkeypatch, "bcos_cifar10_resnet20.long", source)
     loaded = create_model("bcos_cifar10_resnet20.long", pretrained=True)
     assert loaded.model_args["name"] == "bcos_cifar10_resnet20"  # the architecture, rebuildable from a model file
-    for key, value in source.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], value), key
+    _assert_same_weights(loaded, source)
     with pytest.raises(ValueError, match="names published weights .* pass pretrained=True"):
         create_model("bcos_cifar10_resnet20.long")
     with pytest.raises(KeyError, match="unknown model 'bcos_resnet5'"):

@@ -22,7 +22,7 @@ from ..distill import evaluate_fidelity, run_distillation
 from .figures import draw_explanations
 from .guidance import GROUP_KEYS, cell, evaluate_model, fresh, summarize
 from .pareto import markdown_table
-from .pipeline import DemoContext
+from .pipeline import DATASET, DemoContext
 
 __all__ = ["DISTILL_METRICS", "distill_and_evaluate", "distillation_checks", "evaluate_student"]
 
@@ -93,6 +93,7 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
     runs: list[dict[str, dict[str, float]]] = []
     seconds: dict[str, list[float]] = {m: [] for m in d.modes}
     ctx.models.update({m: [] for m in d.modes})
+    validation = {"name": DATASET, "split": "val", "options": {**s.dataset_options("val"), "n": d.val_images}}
     for seed in range(s.seeds):
         folder = ctx.out / "runs" / f"seed-{seed}" / "distill"
         teacher = ctx.models[d.teacher][seed]
@@ -105,7 +106,8 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
                 student_kwargs=d.student_kwargs, data_options=s.dataset_options("train"), image_size=s.image_size,
                 batch_size=s.batch_size, epochs=d.epochs, lr=d.lr, temperature=d.temperature,
                 explanation_weight=d.explanation_weight, seed=seed, cache_dir=cache, test_split=None,
-                cpu=ctx.device.type == "cpu", overrides={"eval": {"localization": False}})
+                cpu=ctx.device.type == "cpu",
+                overrides={"eval": {"localization": False}, "distill": {"eval_data": validation}})
             model_file = Path(result["model_file"])
             ctx.models[mode].append(model_file)
             metrics[mode] = evaluate_student(model_file, teacher, ctx)

@@ -30,22 +30,27 @@ class DistillationSettings:
     """The e²KD stage: distil each seed's guided model ``teacher`` into a smaller B-cos ``student`` on the biased
     training split, once per mode (``kd``: logits only; ``e2kd``: logits and live explanations; ``e2kd_frozen``:
     explanations cached once per image), with Adam at ``lr`` for ``epochs``, τ = ``temperature`` and λ =
-    ``explanation_weight``."""
+    ``explanation_weight``. Validation during training uses ``val_images`` images of the (biased) validation split and
+    only tracks progress; the stage scores the students on the test split."""
 
     teacher: str = "energy"
     student: str = "bcos_resnet18"
     student_kwargs: dict[str, Any] = field(default_factory=lambda: {"inplanes": 8})
-    epochs: int = 5
+    epochs: int = 4
     lr: float = 1e-3
     temperature: float = 1.0
     explanation_weight: float = 5.0
     modes: tuple[str, ...] = ("kd", "e2kd", "e2kd_frozen")
+    val_images: int = 128
 
     def __post_init__(self) -> None:
         known = ("kd", "e2kd", "e2kd_frozen")
         if not self.modes or any(mode not in known for mode in self.modes):
             raise ValueError(f"distillation.modes must be a non-empty selection of {list(known)}, got "
                              f"{list(self.modes)}")
+        if self.epochs < 1 or self.val_images < 1:
+            raise ValueError(f"distillation.epochs and distillation.val_images must be >= 1, got {self.epochs} and "
+                             f"{self.val_images}")
 
 
 @dataclass(frozen=True)
