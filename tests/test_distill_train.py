@@ -155,6 +155,7 @@ def test_few_shot_subset_is_seeded_and_exact_per_class():
     chosen = few_shot_indices(labels, 3, seed=5)
     assert labels[chosen].sum(0).tolist() == [3, 3, 3, 3]
     assert chosen == few_shot_indices(labels, 3, seed=5) != few_shot_indices(labels, 3, seed=6)
+    assert few_shot_indices(labels.bool(), 3, seed=5) == chosen  # a dataset's positive_labels (bool) draw the same
     with pytest.raises(ValueError, match="classes \\[0, 1, 2, 3\\] have only"):
         few_shot_indices(labels, 11)
 

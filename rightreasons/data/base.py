@@ -133,6 +133,12 @@ class AnnotatedDataset(Dataset):
         return torch.from_numpy(self.records.labels.astype(np.float32))
 
     @property
+    def positive_labels(self) -> Tensor:
+        """``[N, K]`` bool: the classes of every image, sharing the records' memory (no float copy, which for
+        ImageNet's 1.28 M × 1000 labels would take 5 GB)."""
+        return torch.from_numpy(self.records.labels)
+
+    @property
     def groups(self) -> Tensor | None:
         """``[N]`` long group index per image, or None for datasets without groups."""
         return None if self.records.groups is None else torch.from_numpy(self.records.groups.copy())

@@ -19,13 +19,14 @@ __all__ = ["ShotSubset", "few_shot_indices"]
 
 
 def few_shot_indices(labels: Tensor, shots: int, seed: int = 0) -> list[int]:
-    """Sorted indices of a ``shots``-per-class subset of images with multi-hot ``labels [N, K]``."""
+    """Sorted indices of a ``shots``-per-class subset of images with multi-hot ``labels [N, K]`` (float or bool)."""
     if shots < 1:
         raise ValueError(f"shots must be >= 1, got {shots}")
-    positive = labels > 0.5
+    positive = labels if labels.dtype == torch.bool else labels > 0.5
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     if (positive.sum(1) == 1).all():
-        return _single_label(positive.float().argmax(1)[order].numpy(), order.numpy(), labels.shape[1], shots)
+        classes = positive.to(torch.uint8).argmax(1)  # argmax needs numbers; uint8 keeps the copy at 1 byte per label
+        return _single_label(classes[order].numpy(), order.numpy(), labels.shape[1], shots)
     counts = torch.zeros(labels.shape[1], dtype=torch.long)
     chosen = []
     for i in order.tolist():
@@ -51,7 +52,7 @@ def _single_label(classes: np.ndarray, order: np.ndarray, num_classes: int, shot
 
 class ShotSubset(Dataset):
     """The images ``indices`` of an annotated dataset, with the metadata the training engine reads (``ids``,
-    ``labels``, ``groups``, ``group_names``, ``annotated``, ``num_classes``, ``classes``)."""
+    ``labels``, ``positive_labels``, ``groups``, ``group_names``, ``annotated``, ``num_classes``, ``classes``)."""
 
     def __init__(self, dataset: Any, indices: list[int]) -> None:
         self.dataset = dataset
@@ -72,6 +73,10 @@ class ShotSubset(Dataset):
     @property
     def labels(self) -> Tensor:
         return self.dataset.labels[self._index]
+
+    @property
+    def positive_labels(self) -> Tensor:
+        return self.dataset.positive_labels[self._index]
 
     @property
     def groups(self) -> Tensor | None:

@@ -95,7 +95,7 @@ def _training_subset(dataset: Any, config: DistillConfig) -> Any:
     shots = config.distill.shots
     if shots is None:
         return dataset
-    return ShotSubset(dataset, few_shot_indices(dataset.labels, shots, config.distill.shots_seed))
+    return ShotSubset(dataset, few_shot_indices(dataset.positive_labels, shots, config.distill.shots_seed))
 
 
 class DistillTrainer(Trainer):

@@ -28,7 +28,7 @@ __all__ = ["evaluate_checkpoint", "evaluate_classifier", "is_multilabel", "local
 
 def is_multilabel(dataset: Any) -> bool:
     """Whether any sample of the dataset has more than one positive label."""
-    return bool((dataset.labels > 0.5).sum(1).max() > 1)
+    return bool(dataset.positive_labels.sum(1).max() > 1)
 
 
 def _to_float(value: torch.Tensor) -> float | list[float]:

@@ -108,6 +108,9 @@ def test_groups_are_named_by_what_they_mean_and_grouped_metrics_use_the_names():
     shapes = load_dataset("synthetic-multilabel", None, "val", n=12, size=32, max_objects=1,
                           transform=eval_transform(32, encoding="bcos", crop_fraction=1.0))
     assert shapes.group_names == CONTEXTS == ("grass", "water", "sand")
+    # the bool labels share the records' memory (no float copy) and agree with the float ones
+    assert shapes.positive_labels.dtype == torch.bool and torch.equal(shapes.positive_labels.float(), shapes.labels)
+    assert np.shares_memory(shapes.positive_labels.numpy(), shapes.records.labels)
     torch.manual_seed(0)
     results = evaluate_classifier(create_model("bcos_cifar10_resnet20", num_classes=len(SHAPES), inplanes=8), shapes,
                                   batch_size=6, device=torch.device("cpu"), method=None,
