@@ -95,9 +95,8 @@ def train_teacher(out: Path, study: Study, args: argparse.Namespace) -> Path:
     return model_file
 
 
-def evaluate(student_file: Path, teacher_file: Path, test: Any) -> dict[str, float]:
+def evaluate(student: torch.nn.Module, teacher: torch.nn.Module, test: Any) -> dict[str, float]:
     """Test accuracy, agreement (also on the OOD groups of bird data) and explanation similarity of a student."""
-    student, teacher = load_model(student_file), load_model(teacher_file)
     results = evaluate_fidelity(student, teacher, test, kind="bcos", student_encoding="bcos", teacher_encoding="bcos",
                                 batch_size=128, device=torch.device("cpu"), group_names=test.group_names)
     results["accuracy"] = evaluate_classifier(student, test, batch_size=128, device=torch.device("cpu"),
@@ -130,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     study, out = STUDIES[args.study], args.out
     teacher = train_teacher(out, study, args)
+    teacher_model = load_model(teacher)
     test = load_dataset(study.data, None, "test", **options(study.student_options, args.size, args.test_images),
                         transform=eval_transform(args.size, encoding="bcos", crop_fraction=1.0))
     shutil.rmtree(out / "teacher-cache", ignore_errors=True)
@@ -146,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
                 explanation_weight=args.weight, seed=seed, cache_dir=out / "teacher-cache", test_split=None,
                 overrides={"distill": {"shots": args.shots}, "eval": {"localization": False},
                            "data": {"crop_scale": list(study.crop_scale)}})
-            runs[seed][mode] = evaluate(Path(result["model_file"]), teacher, test)
+            runs[seed][mode] = evaluate(load_model(result["model_file"]), teacher_model, test)
             print(f"seed {seed} {mode}: {runs[seed][mode]}", file=sys.stderr, flush=True)
     summary = summarize(runs, MODES, study.metrics)
-    teacher_metrics = evaluate(teacher, teacher, test)
+    teacher_metrics = evaluate(teacher_model, teacher_model, test)
     results = {"study": args.study, "shots": args.shots, "epochs": args.epochs, "weight": args.weight,
                "seeds": args.seeds, "teacher": teacher_metrics,
                "runs": {f"seed-{k}": run for k, run in enumerate(runs)}, "summary": summary}

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from ..checkpoints import load_model
 from ..data.waterbirds import GROUP_NAMES
 from ..distill import evaluate_fidelity, run_distillation
@@ -34,10 +36,11 @@ HEADERS = ("accuracy", "OOD accuracy", "worst group", "agreement", "ID agreement
 MODE_NAMES = {"kd": "KD", "e2kd": "e²KD", "e2kd_frozen": "e²KD (frozen)"}
 
 
-def evaluate_student(model_file: Path, teacher_file: Path, ctx: DemoContext) -> dict[str, float]:
-    """Test-split metrics of a student (:data:`DISTILL_METRICS`, fractions; similarity in [-1, 1])."""
+def evaluate_student(model_file: Path, teacher: nn.Module, ctx: DemoContext) -> dict[str, float]:
+    """Test-split metrics of a student against its ``teacher`` (on ``ctx.device``): :data:`DISTILL_METRICS`,
+    fractions; similarity in [-1, 1]."""
     metrics: dict[str, float] = evaluate_model(model_file, ctx)
-    student, teacher = load_model(model_file).to(ctx.device), load_model(teacher_file).to(ctx.device)
+    student = load_model(model_file).to(ctx.device)
     fidelity = evaluate_fidelity(student, teacher, ctx.test_set(), kind="bcos", student_encoding="bcos",
                                  teacher_encoding="bcos", batch_size=ctx.settings.batch_size, device=ctx.device,
                                  group_names=list(GROUP_NAMES))
@@ -97,6 +100,7 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
     for seed in range(s.seeds):
         folder = ctx.out / "runs" / f"seed-{seed}" / "distill"
         teacher = ctx.models[d.teacher][seed]
+        teacher_model = load_model(teacher).to(ctx.device)
         cache = fresh(folder / "teacher-cache")
         metrics: dict[str, dict[str, float]] = {}
         for mode in d.modes:
@@ -110,7 +114,7 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
                 overrides={"eval": {"localization": False}, "distill": {"eval_data": validation}})
             model_file = Path(result["model_file"])
             ctx.models[mode].append(model_file)
-            metrics[mode] = evaluate_student(model_file, teacher, ctx)
+            metrics[mode] = evaluate_student(model_file, teacher_model, ctx)
             seconds[mode].append(round(time.time() - began, 1))
             ctx.log(f"seed {seed} {mode}: accuracy {metrics[mode]['accuracy']:.3f}, OOD agreement "
                     f"{metrics[mode]['ood_agreement']:.3f} ({seconds[mode][-1]:.0f} s)")
