@@ -199,8 +199,8 @@ for _layer in ("input", "mid2", "final"):
 
 def _distill_configs(settings: Settings, cache: Path) -> tuple[dict[str, object], tuple[str, str], int]:
     """Live and frozen e²KD configs of the same run (teacher, student, data, schedule), the pair, the batch size."""
-    from rightreasons.distill import DistillConfig
-    from rightreasons.engine import from_dict
+    from rightreasons.config import from_dict
+    from rightreasons.tasks import DistillConfig
 
     teacher, student = ("bcos_resnet18", "bcos_cifar10_resnet20") if settings.quick else ("bcos_resnet152",
                                                                                           "bcos_resnet18")
@@ -234,7 +234,8 @@ def e2kd_frozen_step(settings: Settings) -> list[Row]:
     the frozen step spent loading its batch (images, cached explanations and logits)."""
     import tempfile
 
-    from rightreasons.distill import compare_step_times, write_teacher_cache
+    from rightreasons.experiments import compare_step_times
+    from rightreasons.tasks import DistillationTask, write_teacher_cache
 
     steps, warmup = (2, 1) if settings.quick else (8, 2)
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,7 +243,8 @@ def e2kd_frozen_step(settings: Settings) -> list[Row]:
         size = configs["live"].data.image_size
         cost = _forward_cost_ratio(settings, teacher, student, batch, size)
         write_teacher_cache(configs["frozen"], Path(tmp) / "cache")
-        t = compare_step_times(configs, steps=steps, warmup=warmup)
+        t = compare_step_times({name: DistillationTask(c) for name, c in configs.items()}, steps=steps,
+                               warmup=warmup)
     live, frozen = t["live"], t["frozen"]
     step = lambda r: r["step_seconds"] + r["loader_seconds"]  # noqa: E731
     speedup = step(live) / step(frozen)

@@ -1,14 +1,13 @@
-"""Two e²KD studies on the synthetic benchmarks (SCIENCE.md §7), each: train a teacher, distil it into a student of
+"""Two e²KD studies on the synthetic benchmarks, each: train a teacher, distil it into a student of
 half the width with KD, e²KD and e²KD from frozen explanations for several seeds, score the students on the test split.
 
     python scripts/e2kd_study.py limited-data --out runs/e2kd-limited          # a few minutes on 2 CPU cores
     python scripts/e2kd_study.py unbiased-teacher --out runs/e2kd-unbiased
-    python scripts/e2kd_study.py limited-data --out /tmp/s --quick             # a smoke run (seconds), not a measurement
+    python scripts/e2kd_study.py limited-data --out /tmp/s --quick             # a smoke run, not a measurement
 
 * ``limited-data`` (thesis §8.2.1): ``synthetic-multilabel`` with one large object per image (``max_objects: 1``,
   ``difficulty: 0``) — six shape classes on context backgrounds that co-occur with three of them — i.e. a
-  single-label multi-class task. The teacher
-  learns from the full training split, the students from ``--shots`` images per class (the same seeded shots for every
+  single-label multi-class task. The teacher learns from the full training split, the students from ``--shots`` images per class (the same seeded shots for every
   mode and seed, as in the paper). Question: does e²KD beat KD in accuracy and agreement with 50 shots per class?
 * ``unbiased-teacher``: ``synthetic-birds``; the teacher learns from data whose background is independent of the class
   (correlation 0.5), so it classifies by the shape — right for the right reasons by construction — and the students
@@ -32,15 +31,13 @@ from typing import Any
 
 import torch
 
-from rightreasons.checkpoints import load_model
-from rightreasons.data import eval_transform, load_dataset
-from rightreasons.demo.distillation import MODE_NAMES
-from rightreasons.demo.guidance import cell, summarize
-from rightreasons.demo.pareto import markdown_table
-from rightreasons.distill import evaluate_fidelity, run_distillation
-from rightreasons.distill.demo import MODES
-from rightreasons.engine import TrainConfig, from_dict, train
-from rightreasons.engine.evaluation import evaluate_classifier
+from rightreasons.data import load_dataset, transforms_for
+from rightreasons.distill import FidelityEvaluator
+from rightreasons.evaluation import ClassificationEvaluator, evaluate
+from rightreasons.experiments import MODE_LABELS, MODES, DistillationRun, TrainingRun, run_distillation, run_training
+from rightreasons.fileio import write_text_atomic
+from rightreasons.hub import load_model
+from rightreasons.reporting import cell, markdown_table, summarize
 
 LABELS = {"accuracy": "accuracy", "ood_accuracy": "OOD accuracy", "agreement": "agreement",
           "ood_agreement": "OOD agreement", "explanation_similarity": "expl. similarity"}
@@ -84,23 +81,18 @@ def train_teacher(out: Path, study: Study, args: argparse.Namespace) -> Path:
     if model_file.is_file():
         return model_file
     shutil.rmtree(out / "teacher", ignore_errors=True)
-    train(from_dict(TrainConfig, {
-        "output_dir": str(out / "teacher"), "seed": 0, "log_every": 20,
-        "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 16}},
-        "data": {"name": study.data, "image_size": args.size, "batch_size": args.batch_size,
-                 "crop_scale": list(study.crop_scale), "options": options(study.teacher_options, args.size, args.train_images)},
-        "optim": {"name": "adam", "lr": 1e-3, "epochs": args.teacher_epochs, "schedule": "cosine"},
-        "eval": {"every_epochs": args.teacher_epochs, "num_images": 0, "localization": False},
-        "checkpoint": {"keep_last": 1}}))
+    run_training(TrainingRun(
+        output_dir=str(out / "teacher"), model="bcos_resnet18", model_kwargs={"inplanes": 16}, data=study.data,
+        data_options=options(study.teacher_options, args.size, args.train_images), image_size=args.size,
+        batch_size=args.batch_size, crop_scale=list(study.crop_scale), epochs=args.teacher_epochs, lr=1e-3))
     return model_file
 
 
-def evaluate(student: torch.nn.Module, teacher: torch.nn.Module, test: Any) -> dict[str, float]:
+def score(student: torch.nn.Module, teacher: torch.nn.Module, test: Any) -> dict[str, float]:
     """Test accuracy, agreement (also on the OOD groups of bird data) and explanation similarity of a student."""
-    results = evaluate_fidelity(student, teacher, test, kind="bcos", student_encoding="bcos", teacher_encoding="bcos",
-                                batch_size=128, device=torch.device("cpu"), group_names=test.group_names)
-    results["accuracy"] = evaluate_classifier(student, test, batch_size=128, device=torch.device("cpu"),
-                                              method=None)["accuracy"]
+    fidelity = FidelityEvaluator(teacher, method="bcos_weights", layer="input", group_names=test.group_names)
+    results = evaluate(student, test, [fidelity, ClassificationEvaluator.for_dataset(test)], batch_size=128,
+                       device="cpu")
     return {key: float(value) for key, value in results.items() if key in LABELS}
 
 
@@ -131,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     teacher = train_teacher(out, study, args)
     teacher_model = load_model(teacher)
     test = load_dataset(study.data, None, "test", **options(study.student_options, args.size, args.test_images),
-                        transform=eval_transform(args.size, encoding="bcos", crop_fraction=1.0))
+                        transform=transforms_for(teacher_model, args.size, crop_fraction=1.0))
     shutil.rmtree(out / "teacher-cache", ignore_errors=True)
     runs: list[dict[str, dict[str, float]]] = []
     for seed in range(args.seeds):
@@ -139,25 +131,25 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:
             folder = out / f"seed-{seed}" / mode
             shutil.rmtree(folder, ignore_errors=True)
-            result = run_distillation(
-                teacher, mode=mode, output_dir=folder, student="bcos_resnet18", student_kwargs={"inplanes": 8},
-                data=study.data, data_options=options(study.student_options, args.size, args.train_images),
-                image_size=args.size, batch_size=args.batch_size // (2 if args.shots else 1), epochs=args.epochs,
-                explanation_weight=args.weight, seed=seed, cache_dir=out / "teacher-cache", test_split=None,
+            result = run_distillation(DistillationRun(
+                teacher=str(teacher), mode=mode, output_dir=str(folder), student="bcos_resnet18",
+                student_kwargs={"inplanes": 8}, data=study.data,
+                data_options=options(study.student_options, args.size, args.train_images), image_size=args.size,
+                batch_size=args.batch_size // (2 if args.shots else 1), epochs=args.epochs,
+                explanation_weight=args.weight, seed=seed, cache_dir=str(out / "teacher-cache"), test_split=None,
                 overrides={"distill": {"shots": args.shots}, "eval": {"localization": False},
-                           "data": {"crop_scale": list(study.crop_scale)}})
-            runs[seed][mode] = evaluate(load_model(result["model_file"]), teacher_model, test)
+                           "data": {"crop_scale": list(study.crop_scale)}}))
+            runs[seed][mode] = score(load_model(result["model_file"]), teacher_model, test)
             print(f"seed {seed} {mode}: {runs[seed][mode]}", file=sys.stderr, flush=True)
     summary = summarize(runs, MODES, study.metrics)
-    teacher_metrics = evaluate(teacher_model, teacher_model, test)
+    teacher_metrics = score(teacher_model, teacher_model, test)
     results = {"study": args.study, "shots": args.shots, "epochs": args.epochs, "weight": args.weight,
                "seeds": args.seeds, "teacher": teacher_metrics,
                "runs": {f"seed-{k}": run for k, run in enumerate(runs)}, "summary": summary}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    rows = [{"mode": MODE_NAMES[mode], **{k: cell(summary[mode][k]) for k in study.metrics}} for mode in MODES]
+    write_text_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    rows = [{"mode": MODE_LABELS[mode], **{k: cell(summary[mode][k]) for k in study.metrics}} for mode in MODES]
     shots = f"{args.shots} shots per class" if args.shots else "the full biased training split"
-    (out / "report.md").write_text(
+    write_text_atomic(out / "report.md",
         f"# e²KD study `{args.study}` ({study.data})\n\nQuestion: {study.question}. Teacher test accuracy "
         f"{100 * teacher_metrics['accuracy']:.1f} %; students: {args.epochs} epochs on {shots}, λ = {args.weight:g}; "
         f"mean ± std over {args.seeds} seed(s), test split, % (explanation similarity: mean cosine × 100).\n\n"

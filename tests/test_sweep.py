@@ -1,8 +1,8 @@
-"""scripts/sweep.py: the commands of a dry run, running runs through a launcher (skip, resume), and the Pareto report
-collected from run folders (front and representative against hand-computed ones)."""
+"""rightreasons.sweep and ``rightreasons sweep``: the commands of a dry run, running runs through a launcher (skip,
+resume), the Pareto report collected from run folders (front and representative against hand-computed ones), and
+user errors as ``error:`` lines."""
 
 import csv
-import importlib.util
 import json
 import shlex
 import sys
@@ -10,27 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from rightreasons.cli import build_parser
-from rightreasons.engine import TrainConfig, load_config
+from rightreasons import sweep
+from rightreasons.cli import build_parser, main
+from rightreasons.config import load_config
+from rightreasons.engine import TrainConfig
+from rightreasons.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _sweep():
-    """scripts/sweep.py as a module (registered in sys.modules, as its dataclasses need)."""
-    if "sweep_script" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("sweep_script", ROOT / "scripts" / "sweep.py")
-        sys.modules["sweep_script"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["sweep_script"])
-    return sys.modules["sweep_script"]
-
-
-sweep = _sweep()
-
-
 def test_dry_run_prints_one_valid_command_per_run(capsys):
     grid = ROOT / "configs" / "guidance" / "grids" / "dilated.yaml"
-    assert sweep.main([str(grid), "--dry-run", "--launcher", "python"]) == 0
+    assert main(["sweep", str(grid), "--dry-run", "--launcher", "python"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 18
     parser = build_parser()
@@ -48,7 +39,7 @@ def test_dry_run_prints_one_valid_command_per_run(capsys):
 
 def test_only_filters_runs_by_name(capsys):
     grid = ROOT / "configs" / "guidance" / "grids" / "baselines.yaml"
-    assert sweep.main([str(grid), "--dry-run", "--only", "coco2014/"]) == 0
+    assert main(["sweep", str(grid), "--dry-run", "--only", "coco2014/"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and all("output_dir=runs/coco2014/baseline-lr" in line for line in lines)
 
@@ -81,13 +72,13 @@ def test_runs_execute_in_order_skip_finished_and_resume_partial(tmp_path, capsys
     launcher.write_text(FAKE_LAUNCHER)
     partial = tmp_path / "runs" / "input-w0.2" / "checkpoints" / "step-000004"
     partial.mkdir(parents=True)
-    command = [str(grid), "--launcher", f"{sys.executable} {launcher}", "--report", str(tmp_path / "report")]
-    assert sweep.main(command) == 0
+    command = ["sweep", str(grid), "--launcher", f"{sys.executable} {launcher}", "--report", str(tmp_path / "report")]
+    assert main(command) == 0
     out = capsys.readouterr().out
     assert out.index("input-w0.1") < out.index("input-w0.2")
     summaries = {w: json.loads((tmp_path / "runs" / f"input-w{w}" / "summary.json").read_text()) for w in (0.1, 0.2)}
     assert not summaries[0.1]["resumed"] and summaries[0.2]["resumed"]
-    assert sweep.main(command) == 0
+    assert main(command) == 0
     assert capsys.readouterr().out.count("done, skipped") == 2
 
 
@@ -95,8 +86,8 @@ def test_a_failing_run_is_reported_and_the_others_still_run(tmp_path, capsys):
     grid = _grid(tmp_path, weights=(0.1, 0.2), layers=("input",))
     launcher = tmp_path / "fake_launcher.py"
     launcher.write_text(FAKE_LAUNCHER.replace("weight = float", "assert 'w0.1' not in str(out)\nweight = float"))
-    assert sweep.main([str(grid), "--launcher", f"{sys.executable} {launcher}",
-                       "--report", str(tmp_path / "report")]) == 1
+    assert main(["sweep", str(grid), "--launcher", f"{sys.executable} {launcher}",
+                 "--report", str(tmp_path / "report")]) == 1
     assert "1 run(s) failed: input-w0.1" in capsys.readouterr().err
     assert (tmp_path / "runs" / "input-w0.2" / "summary.json").is_file()
 
@@ -121,7 +112,7 @@ def test_collect_writes_fronts_and_representatives_per_group(tmp_path, capsys):
                                    {"step": 20, "epoch": 2, "score": 0.6, "epg": 0.2, "iou": 0.1}])
     (runs / "final-w0.1" / "checkpoints" / "step-000020").mkdir(parents=True)
     report = tmp_path / "report"
-    assert sweep.main([str(grid), "--collect-only", "--report", str(report)]) == 0
+    assert main(["sweep", str(grid), "--collect-only", "--report", str(report)]) == 0
     rows = list(csv.DictReader((report / "pareto.csv").open()))
     flags = {(r["run"], int(r["step"])): (r["on_front"] == "True", r["representative"] == "True") for r in rows}
     # dominated: input-w0.1@20 (by w0.1@10) and input-w0.3@20 (by w0.2@20); the representative is the highest EPG
@@ -144,5 +135,16 @@ def test_collect_refuses_a_broken_summary(tmp_path):
     folder = tmp_path / "runs" / "input-w0.1"
     folder.mkdir(parents=True)
     (folder / "summary.json").write_text("{\"steps\": 3}")
-    with pytest.raises(ValueError, match="history"):
+    with pytest.raises(ConfigError, match="history"):
         sweep.collect(sweep.load_grid(grid))
+
+
+def test_user_errors_are_one_error_line_with_exit_code_2(tmp_path, capsys):
+    assert main(["sweep", str(tmp_path / "nowhere.yaml"), "--dry-run"]) == 2
+    assert "error: grid file not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("command: guide\nbase: base.yaml\nname: n\ngroup: g\ngrid: []\n")
+    assert main(["sweep", str(bad), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "non-empty list" in err and "Traceback" not in err
+    assert issubclass(sweep.GridError, ConfigError)

@@ -1,7 +1,11 @@
-"""B-cos layers, norms, explanation mode and the B-cos model zoo."""
+"""The B-cos layer kit: B-cos units, norms and attention on one dynamic-linear mechanism, and explanation mode.
 
+Models built from these layers live in :mod:`rightreasons.models`; this package imports nothing above it (only
+:mod:`rightreasons.encoding` for the six-channel input encoding, re-exported here as :class:`AddInverse`).
+"""
+
+from ..encoding import AddInverse
 from .dynamic import DynamicLinear, dynamic_apply, explanation_mode, is_explaining
-from .encoding import AddInverse
 from .layers import BcosConv2d, BcosLinear, LogitLayer, default_logit_bias
 from .norms import NORM_LAYERS, NoBias, Unaffine, get_norm_layer
 from . import norms

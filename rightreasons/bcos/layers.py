@@ -1,12 +1,13 @@
 """B-cos units: ``BcosConv2d``, ``BcosLinear`` and the fixed ``LogitLayer``.
 
-A B-cos unit with weight ``w`` computes ``(ŵᵀx) · |cos(x, ŵ)|^(B-1)`` with ``ŵ = w / ‖w‖``: a linear unit whose output is
-scaled down by how badly the input aligns with the weight. It is dynamic linear, ``w̃(x) = |cos|^(B-1) ŵ``, and the
+A B-cos unit with weight ``w`` computes ``(ŵᵀx) · |cos(x, ŵ)|^(B-1)`` with ``ŵ = w / ‖w‖``: a linear unit whose output
+is scaled down by how badly the input aligns with the weight. It is dynamic linear, ``w̃(x) = |cos|^(B-1) ŵ``, and the
 ``|cos|^(B-1)`` factor is the dynamic weight applied through :mod:`rightreasons.bcos.dynamic`.
 
-Numerics follow the B-cos v2 release (``SCIENCE.md`` §1) so that its checkpoints reproduce their outputs: weights are
-normalised without eps, patch norms get ``+1e-6`` inside the square root (conv) or ``+1e-12`` after it (linear), and
-``B != 2`` uses ``(|cos| + 1e-6)^(B-1)``. Parameters live at ``<module>.linear.weight`` as in the release.
+Numerics follow the B-cos v2 release (docs/science.md, the B-cos transform) so that its checkpoints reproduce their
+outputs: weights are normalised without eps, patch norms get ``+1e-6`` inside the square root (conv) or ``+1e-12``
+after it (linear), and ``B != 2`` uses ``(|cos| + 1e-6)^(B-1)``. Parameters live at ``<module>.linear.weight`` as in
+the release.
 """
 
 from __future__ import annotations

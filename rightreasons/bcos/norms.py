@@ -1,10 +1,10 @@
-"""Normalisation layers read as dynamic linear maps (B-cos v2 §5, ``SCIENCE.md`` §2).
+"""Normalisation layers read as dynamic linear maps (B-cos v2 §5, docs/science.md, normalisation layers).
 
 Every norm here computes ``y = γ · (x − μ) / σ (+ β)`` where ``1/σ`` is a dynamic weight applied through
-:mod:`rightreasons.bcos.dynamic` (held constant in explanation mode, exact under double backward). The centring ``x − μ``
-is linear in ``x`` and stays in the explanation. *Uncentred* norms drop ``μ`` (``σ`` is still the standard deviation of
-the centred input, biased); together with :func:`NoBias` they keep a network free of additive terms, so that
-``logit − logit_bias == Σ W(x) ⊙ x`` holds exactly.
+:mod:`rightreasons.bcos.dynamic` (held constant in explanation mode, exact under double backward). The centring ``x −
+μ`` is linear in ``x`` and stays in the explanation. *Uncentred* norms drop ``μ`` (``σ`` is still the standard
+deviation of the centred input, biased); together with :func:`NoBias` they keep a network free of additive terms, so
+that ``logit − logit_bias == Σ W(x) ⊙ x`` holds exactly.
 
 Statistics are taken over (the name says which)
 

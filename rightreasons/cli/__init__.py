@@ -1,7 +1,8 @@
 """The ``rightreasons`` command line: one sub-command per module listed in :data:`COMMANDS`.
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets ``func`` (called with the parsed
-arguments, returning an exit code).
+arguments, returning an exit code). Errors caused by the user's input (:class:`~rightreasons.errors.RightReasonsError`)
+end in one ``error:`` line and exit code 2; any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,16 +11,18 @@ import argparse
 import importlib
 import sys
 
-from ..engine.trainer import TrainingError
+from ..errors import RightReasonsError
 
 __all__ = ["COMMANDS", "main"]
 
 COMMANDS = [
     "rightreasons.cli.models",
     "rightreasons.cli.data",
+    "rightreasons.cli.prepare",
     "rightreasons.cli.explain",
     "rightreasons.cli.train",
     "rightreasons.cli.distill",
+    "rightreasons.cli.sweep",
     "rightreasons.cli.demo",
 ]
 
@@ -38,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, KeyError, FileNotFoundError, TypeError, TrainingError) as e:
+    except RightReasonsError as e:
         print(f"rightreasons {args.command}: error: {e}", file=sys.stderr)
         return 2
 

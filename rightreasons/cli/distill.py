@@ -1,6 +1,6 @@
 """``rightreasons distill | cache | analyze shift``: knowledge distillation with e²KD.
 
-    rightreasons distill --config configs/distill/waterbirds_bcos_e2kd.yaml output_dir=runs/e2kd [--resume]
+    rightreasons distill --config configs/distill/waterbirds_bcos_r50_r18_e2kd.yaml output_dir=runs/e2kd [--resume]
     rightreasons distill --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml \
         --frozen runs/cache-dn169
     rightreasons cache --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml --out runs/cache-dn169
@@ -21,14 +21,23 @@ from pathlib import Path
 import yaml
 from accelerate import PartialState
 from torch import nn
+from torch.utils.data import DataLoader, Subset
 
-from ..engine import load_config
+from ..data import collate, eval_transform, load_dataset
+from ..distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
+from ..encoding import reencode
+from ..config import load_config
+from ..errors import UsageError
+from ..hub import capabilities, create_model, load_model
+from ..reporting import plot_shift_curves
+from ..tasks import DistillConfig, distill, write_teacher_cache
 
 __all__ = ["register"]
 
 
 def _add_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="YAML distillation config (see rightreasons/distill/schema.py)")
+    parser.add_argument("--config", type=Path,
+                        help="YAML distillation config (schema: rightreasons.tasks.distill_schema)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. distill.temperature=5")
 
 
@@ -67,16 +76,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--max-shift", type=int, default=32, help="largest diagonal shift in pixels (default 32)")
     s.add_argument("--num-images", type=int, default=64, help="images to average over (default 64)")
     s.add_argument("--batch-size", type=int, default=16)
-    s.add_argument("--explanation", default="auto", choices=["auto", "bcos", "gradcam"],
-                   help="explanation compared (auto: W(x) for B-cos models, GradCAM otherwise)")
+    s.add_argument("--explanation", default="auto", choices=[c for c in EXPLANATION_CHOICES if c != "none"],
+                   help="explanation compared (auto: W(x), bcos_weights, for B-cos models, GradCAM otherwise)")
     s.add_argument("--layer", default="final", help="GradCAM layer (default final)")
     s.add_argument("--out", type=Path, required=True, help="output directory for shift.json and shift.png")
     s.set_defaults(func=run_shift)
 
 
 def run_distill(args: argparse.Namespace) -> int:
-    from ..distill import DistillConfig, distill
-
     overrides = list(args.overrides) + ([f"distill.frozen={args.frozen}"] if args.frozen else [])
     config = load_config(DistillConfig, args.config, overrides)
     summary = distill(config, resume=args.resume)
@@ -87,8 +94,6 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def run_cache(args: argparse.Namespace) -> int:
-    from ..distill import DistillConfig, write_teacher_cache
-
     overrides = list(args.overrides)
     if args.teacher:
         overrides += ([f"teacher.checkpoint={args.teacher}", "teacher.name=null"] if Path(args.teacher).is_file()
@@ -110,19 +115,16 @@ def _parse_options(items: list[str]) -> dict[str, object]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--option {item!r} is not of the form KEY=VALUE")
+            raise UsageError(f"--option {item!r} is not of the form KEY=VALUE")
         try:
             options[key] = yaml.safe_load(value)
         except yaml.YAMLError as e:
-            raise ValueError(f"--option {item!r}: the value is not a valid YAML scalar: {e}") from e
+            raise UsageError(f"--option {item!r}: the value is not a valid YAML scalar: {e}") from e
     return options
 
 
 def _load_model(spec: str) -> tuple[str, nn.Module]:
     """``[LABEL=]SOURCE``: a model file written by rightreasons or a registry name (label: the file stem or name)."""
-    from ..checkpoints import load_model
-    from ..registry import create_model
-
     label, sep, source = spec.partition("=")
     if not sep:
         label, source = Path(spec).stem if Path(spec).is_file() else spec, spec
@@ -131,14 +133,8 @@ def _load_model(spec: str) -> tuple[str, nn.Module]:
 
 
 def run_shift(args: argparse.Namespace) -> int:
-    from torch.utils.data import DataLoader, Subset
-
-    from ..data import collate, eval_transform, load_dataset
-    from ..distill import reencode, resolve_kind, save_shift_plot, shift_similarity
-    from ..distill.explanations import is_bcos
-
     if args.max_shift < 0 or args.num_images < 1:
-        raise ValueError("--max-shift must be >= 0 and --num-images >= 1")
+        raise UsageError("--max-shift must be >= 0 and --num-images >= 1")
     canvas = args.image_size + args.max_shift
     dataset = load_dataset(args.data, args.root, args.split, transform=eval_transform(canvas, encoding="none",
                                                                                       crop_fraction=1.0),
@@ -148,16 +144,16 @@ def run_shift(args: argparse.Namespace) -> int:
     curves = {}
     for spec in args.model:
         label, model = _load_model(spec)
-        bcos = is_bcos(model)
-        kind = resolve_kind(args.explanation, bcos)
-        encoding = "bcos" if bcos else "normalize"
-        batches = (reencode(b["image"], "none", encoding)
+        caps = capabilities(model)
+        method = resolve_explanation(args.explanation, caps.bcos)
+        batches = (reencode(b["image"], "none", caps.encoding)
                    for b in DataLoader(subset, batch_size=args.batch_size, collate_fn=collate))
-        curves[label] = shift_similarity(model, batches, args.image_size, shifts, kind, args.layer).tolist()
+        curves[label] = shift_similarity(model, batches, args.image_size, shifts, method, args.layer).tolist()
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"shifts": shifts, "curves": curves, "data": args.data, "split": args.split,
               "image_size": args.image_size, "images": len(subset)}
     (args.out / "shift.json").write_text(json.dumps(result, indent=2))
-    save_shift_plot(args.out / "shift.png", shifts, curves, title=f"{args.data} {args.split}: explanation vs shift")
+    plot_shift_curves(args.out / "shift.png", shifts, curves,
+                      title=f"{args.data} {args.split}: explanation vs shift")
     print(json.dumps({"json": str(args.out / "shift.json"), "plot": str(args.out / "shift.png")}))
     return 0

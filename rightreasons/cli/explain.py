@@ -13,14 +13,15 @@ from pathlib import Path
 
 import torch
 from PIL import Image, UnidentifiedImageError
+from matplotlib.image import imsave
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
-from ..bcos.encoding import AddInverse
-from ..checkpoints import load_model
+from ..encoding import AddInverse
+from ..errors import DataError, UsageError
 from ..explain import explain, save_explanation, to_rgba
 from ..explain.visualize import contribution_limits
-from ..registry import create_model, get_model_spec
+from ..hub import capabilities, create_model, load_model
 
 __all__ = ["build_model", "load_images", "register", "run", "save_pngs"]
 
@@ -42,31 +43,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _require_bcos(name: str) -> None:
-    spec = get_model_spec(name)
-    if not spec.bcos:
-        raise ValueError(f"{name} is not a B-cos model ({spec.family} family, standard): explain needs a dynamic "
-                         "linear B-cos network; see `rightreasons models --bcos`")
+def _require_bcos(model: nn.Module) -> nn.Module:
+    caps = capabilities(model)
+    if not caps.bcos:
+        raise UsageError(f"{caps.name} is not a B-cos model: explain needs a dynamic linear B-cos network; see "
+                         "`rightreasons models --bcos`")
+    return model.eval()
 
 
 def build_model(args: argparse.Namespace) -> nn.Module:
     """The B-cos model named by ``--model`` with the requested weights, or the model stored in ``--checkpoint``."""
     if args.model is None:
         if args.checkpoint is None or args.pretrained or args.num_classes is not None:
-            raise ValueError("without --model, pass only --checkpoint PATH of a model saved by rightreasons "
+            raise UsageError("without --model, pass only --checkpoint PATH of a model saved by rightreasons "
                              "(the file names the architecture and its arguments)")
-        model = load_model(args.checkpoint)
-        _require_bcos(model.model_args["name"])
-        return model.eval()
-    _require_bcos(args.model)
+        return _require_bcos(load_model(args.checkpoint))
     kwargs = {} if args.num_classes is None else {"num_classes": args.num_classes}
-    return create_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint, **kwargs).eval()
+    return _require_bcos(create_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint, **kwargs))
 
 
 def load_images(paths: list[Path], size: int) -> Tensor:
     """Image files → encoded batch ``[N, 6, size, size]`` in [0, 1] (shorter side resized, centre crop)."""
     if size < 1:
-        raise ValueError(f"--size must be positive, got {size}")
+        raise UsageError(f"--size must be positive, got {size}")
     transform = v2.Compose([v2.ToImage(), v2.Resize(size, antialias=True), v2.CenterCrop(size),
                             v2.ToDtype(torch.float32, scale=True), AddInverse()])
     images = []
@@ -74,8 +73,8 @@ def load_images(paths: list[Path], size: int) -> Tensor:
         try:
             with Image.open(path) as image:
                 images.append(transform(image.convert("RGB")))
-        except (FileNotFoundError, UnidentifiedImageError) as e:
-            raise FileNotFoundError(f"cannot read image {path}: {e}") from e
+        except (OSError, UnidentifiedImageError) as e:
+            raise DataError(f"cannot read image {path}: {e}") from e
     return torch.stack(images)
 
 
@@ -91,17 +90,12 @@ def _output_stems(paths: list[Path]) -> list[str]:
 
 def save_pngs(out: Path, stem: str, image6: Tensor, weights: Tensor, title: str) -> None:
     """Write the input, colour explanation, contribution map and side-by-side figure of one image ``[6, H, W]``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     image6, weights = image6.detach().float().cpu(), weights.detach().float().cpu()
     contributions = (image6 * weights).sum(0)
     limit = contribution_limits(contributions)
-    plt.imsave(out / f"{stem}_input.png", image6[:3].permute(1, 2, 0).clamp(0, 1).numpy())
-    plt.imsave(out / f"{stem}_explanation.png", to_rgba(image6, weights).numpy())
-    plt.imsave(out / f"{stem}_contributions.png", contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
+    imsave(out / f"{stem}_input.png", image6[:3].permute(1, 2, 0).clamp(0, 1).numpy())
+    imsave(out / f"{stem}_explanation.png", to_rgba(image6, weights).numpy())
+    imsave(out / f"{stem}_contributions.png", contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
     save_explanation(out / f"{stem}_figure.png", image6, weights, title=title)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..registry import get_model_spec, list_models
+from ..hub import get_model_spec, list_models
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -3,9 +3,9 @@
 Each takes ``--config FILE`` plus ``key.path=value`` overrides (validated: unknown keys are errors). Under
 ``accelerate launch`` or ``torchrun`` every process runs the same command and training uses all of them.
 
-    rightreasons train --config configs/guidance/waterbirds_baseline.yaml output_dir=runs/base
-    rightreasons guide --config configs/guidance/voc_energy_input.yaml guidance.weight=5e-3 --resume
-    rightreasons evaluate --config configs/guidance/voc_energy_input.yaml --checkpoint runs/x/model.safetensors \
+    rightreasons train --config configs/guidance/waterbirds100.yaml output_dir=runs/base
+    rightreasons guide --config configs/guidance/voc2007.yaml guidance.weight=5e-3 --resume
+    rightreasons evaluate --config configs/guidance/voc2007.yaml --checkpoint runs/x/model.safetensors \
         --split test --out runs/x/test.json
 """
 
@@ -17,11 +17,13 @@ from pathlib import Path
 
 from accelerate import PartialState
 
-from ..engine import TrainConfig, load_config, train
+from ..config import load_config
+from ..engine import TrainConfig
+from ..tasks import evaluate_checkpoint, run
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="YAML config (see rightreasons/engine/schema.py)")
+    parser.add_argument("--config", type=Path, help="YAML config (schema: rightreasons.engine.schema)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=1e-4")
 
 
@@ -44,15 +46,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + (["guidance.enabled=true"] if args.guided else ["guidance.enabled=false"])
     config = load_config(TrainConfig, args.config, overrides)
-    summary = train(config, resume=args.resume)
+    summary = run(config, resume=args.resume)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
     return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from ..engine.evaluation import evaluate_checkpoint
-
     config = load_config(TrainConfig, args.config, args.overrides)
     results = evaluate_checkpoint(config, args.checkpoint, args.split)
     text = json.dumps(results, indent=2)

@@ -2,8 +2,9 @@
 
 ``load_dataset(name, root, split, **options)`` builds any of :data:`DATASETS`; every sample is a dict described in
 :mod:`rightreasons.data.sample` and batches come from :func:`collate`. Box-aware augmentation presets live in
-:mod:`rightreasons.data.transforms`; box → mask rasterisation, dilation and validation in
-:mod:`rightreasons.data.boxes`. Problems with files raise :class:`DataError` naming the file, record and problem.
+:mod:`rightreasons.data.transforms`, the validation of annotated boxes in :mod:`rightreasons.data.box_policy` (box
+geometry itself is :mod:`rightreasons.boxes`). Problems with files raise :class:`DataError` naming the file, record
+and problem.
 """
 
 from __future__ import annotations
@@ -13,25 +14,25 @@ import os
 from collections.abc import Callable
 from functools import partial
 
+from ..errors import UnknownNameError, UsageError
 from .annotations import annotated_count, select_annotated
 from .base import AnnotatedDataset, Records
-from .boxes import BOX_POLICIES, boxes_to_masks, check_boxes, class_masks, complement_boxes, dilate_boxes
+from .box_policy import BOX_POLICIES, check_boxes
 from .coco import COCO2014
 from .errors import BoxWarning, DataError
 from .imagenet import ImageNet
 from .sample import collate, make_sample
 from .synthetic import SyntheticConfig, generate, load_synthetic, write_synthetic
-from .transforms import (ENCODINGS, AttachExplanations, ExplanationMap, SanitizeBoxes, base_view, encode,
-                         eval_transform, train_transform)
+from .transforms import (AttachExplanations, ExplanationMap, SanitizeBoxes, base_view, eval_transform,
+                         train_transform, transforms_for)
 from .voc import VOC_CLASSES, VOC2007
 from .waterbirds import GROUP_NAMES, Waterbirds100
 
-__all__ = ["BOX_POLICIES", "COMMON_OPTIONS", "DATASETS", "ENCODINGS", "GROUP_NAMES", "VOC_CLASSES", "AnnotatedDataset",
+__all__ = ["BOX_POLICIES", "COMMON_OPTIONS", "DATASETS", "GROUP_NAMES", "VOC_CLASSES", "AnnotatedDataset",
            "AttachExplanations", "BoxWarning", "COCO2014", "DataError", "ExplanationMap", "ImageNet", "Records",
            "SanitizeBoxes", "SyntheticConfig", "VOC2007", "Waterbirds100", "annotated_count", "base_view",
-           "boxes_to_masks", "check_boxes", "class_masks", "collate", "complement_boxes", "dilate_boxes", "encode",
-           "eval_transform", "generate", "load_dataset", "load_synthetic", "make_sample", "select_annotated",
-           "train_transform", "write_synthetic"]
+           "check_boxes", "collate", "eval_transform", "generate", "load_dataset", "load_synthetic", "make_sample",
+           "select_annotated", "train_transform", "transforms_for", "write_synthetic"]
 
 
 #: name → builder ``(root, split, **options)``; ``root`` may be None for the synthetic datasets (generated in memory).
@@ -59,13 +60,13 @@ def load_dataset(name: str, root: str | os.PathLike | None, split: str, **option
     ones). Unknown names or options are errors that list the valid ones.
     """
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+        raise UnknownNameError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
     builder = DATASETS[name]
     own = [p for p in inspect.signature(builder).parameters if p not in ("root", "split", "options")]
     valid = own + [p for p in COMMON_OPTIONS if p not in own]
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for dataset {name!r}; valid: {', '.join(valid)}")
+        raise UsageError(f"unknown option(s) {', '.join(unknown)} for dataset {name!r}; valid: {', '.join(valid)}")
     if root is None and not name.startswith("synthetic-"):
-        raise ValueError(f"dataset {name!r} needs a root directory")
+        raise UsageError(f"dataset {name!r} needs a root directory")
     return builder(root, split, **options)

@@ -1,4 +1,5 @@
-"""Limited annotations: which training images keep their boxes (SCIENCE.md §6: 1 %, 10 % of the training set)."""
+"""Limited annotations: which training images keep their boxes (docs/science.md, model guidance: 1 %, 10 % of the
+training set)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from .annotations import select_annotated
-from .boxes import BOX_POLICIES, check_boxes, dilate_boxes
+from ..boxes import dilate_boxes
+from .box_policy import BOX_POLICIES, check_boxes
 from .errors import DataError, where
 from .io import read_image, read_mask
 from .sample import make_sample
@@ -86,7 +87,7 @@ class AnnotatedDataset(Dataset):
 
     * ``transform``: a callable on the sample dict (e.g. :func:`rightreasons.data.train_transform`).
     * ``annotated_fraction`` / ``annotation_seed``: keep boxes on exactly that fraction of the images, chosen by the
-      seed (limited annotations, SCIENCE.md §6); the others get ``has_boxes=False`` and no boxes.
+      seed (limited annotations, docs/science.md, model guidance); the others get ``has_boxes=False`` and no boxes.
     * ``box_dilation``: coarse boxes — every side moves out by this fraction of the box size, clipped to the image.
     * ``box_policy``: ``"error"``, ``"clip"`` or ``"drop"`` for invalid boxes (see :data:`BOX_POLICIES`).
 

@@ -29,7 +29,7 @@ import numpy as np
 from pycocotools.coco import COCO
 
 from .base import AnnotatedDataset, Records
-from .boxes import check_boxes
+from .box_policy import check_boxes
 from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
 

@@ -1,20 +1,18 @@
-"""Errors and warnings raised by the data loaders.
+"""The data loaders' warning and message helper.
 
-Every problem with a user's files is reported as a :class:`DataError` whose message names the file, the record inside
-it and what was wrong, e.g. ``VOC2007/Annotations/000005.xml: object 2: unknown class 'kat'; expected one of ...``.
-``DataError`` takes a single message argument so that a ``DataLoader`` can re-raise it in the main process with the
-same type when it happened in a worker (torch rebuilds worker exceptions as ``type(message)``).
+Every problem with a user's files is reported as a :class:`~rightreasons.errors.DataError` whose message names the
+file, the record inside it and what was wrong, e.g. ``VOC2007/Annotations/000005.xml: object 2: unknown class 'kat';
+expected one of ...``; :func:`where` builds the ``file: record`` prefix. ``DataError`` takes a single message argument
+so that a ``DataLoader`` re-raises it in the main process with the same type when it happened in a worker.
 """
 
 from __future__ import annotations
 
 import os
 
+from ..errors import DataError
+
 __all__ = ["BoxWarning", "DataError", "where"]
-
-
-class DataError(ValueError):
-    """A dataset file, record or image is missing or malformed; the message names file, record and problem."""
 
 
 class BoxWarning(UserWarning):

@@ -2,9 +2,8 @@
 
 One random crop/flip moves the image, its ``boxes`` (boxes leaving the crop are removed with their ``box_labels``),
 its segmentation ``mask`` (nearest-neighbour) and a cached ``explanation`` (:class:`ExplanationMap`, resampled like
-the image) together. The last step encodes the image for the model: ``"bcos"`` — the six-channel
-``[r, g, b, 1 − r, 1 − g, 1 − b]`` of B-cos networks (:class:`rightreasons.bcos.AddInverse`, no mean/std),
-``"normalize"`` — mean/std normalisation for standard models, ``"none"`` — the [0, 1] image.
+the image) together. The last step encodes the image for the model (:func:`rightreasons.encoding.encode`: ``"bcos"``,
+``"normalize"`` or ``"none"``); :func:`transforms_for` picks the encoding from the model's capabilities.
 
 Frozen e²KD explanations are computed on the *base view* — :func:`eval_transform`'s geometry without encoding,
 :func:`base_view` — and :func:`train_transform` with ``explanations=`` first brings each image to that view, then
@@ -13,24 +12,21 @@ attaches its cached explanation (:class:`AttachExplanations`) and only then crop
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from ..bcos.encoding import AddInverse
+from ..encoding import encode
+from ..hub.capabilities import capabilities
 from .errors import DataError
 
-__all__ = ["ENCODINGS", "IMAGENET_MEAN", "IMAGENET_STD", "AttachExplanations", "ExplanationMap", "SanitizeBoxes",
-           "base_view", "encode", "eval_transform", "train_transform"]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-ENCODINGS = ("bcos", "normalize", "none")
+__all__ = ["AttachExplanations", "ExplanationMap", "SanitizeBoxes", "base_view", "eval_transform", "train_transform",
+           "transforms_for"]
 
 
 class ExplanationMap(tv_tensors.Mask):
@@ -103,18 +99,6 @@ class AttachExplanations:
         return f"{type(self).__name__}({len(self.explanations)} explanations)"
 
 
-def encode(encoding: str = "bcos", mean: Sequence[float] = IMAGENET_MEAN,
-           std: Sequence[float] = IMAGENET_STD) -> v2.Transform:
-    """The model-input encoding step; ``encoding`` ∈ :data:`ENCODINGS`."""
-    if encoding == "bcos":
-        return AddInverse()
-    if encoding == "normalize":
-        return v2.Normalize(list(mean), list(std))
-    if encoding == "none":
-        return v2.Identity()
-    raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
-
-
 def base_view(size: int, crop_fraction: float = 0.875) -> v2.Compose:
     """Deterministic view: resize the shorter side to ``round(size / crop_fraction)``, centre-crop ``size × size``
     (``crop_fraction=1`` on square images of side ``size`` is the identity)."""
@@ -123,16 +107,14 @@ def base_view(size: int, crop_fraction: float = 0.875) -> v2.Compose:
     return v2.Compose([v2.Resize(round(size / crop_fraction), antialias=True), v2.CenterCrop(size)])
 
 
-def eval_transform(size: int, *, encoding: str = "bcos", crop_fraction: float = 0.875,
-                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> v2.Compose:
+def eval_transform(size: int, *, encoding: str = "bcos", crop_fraction: float = 0.875) -> v2.Compose:
     """Evaluation preset: :func:`base_view`, drop boxes cut off by the crop, encode."""
-    return v2.Compose([base_view(size, crop_fraction), SanitizeBoxes(), encode(encoding, mean, std)])
+    return v2.Compose([base_view(size, crop_fraction), SanitizeBoxes(), encode(encoding)])
 
 
 def train_transform(size: int, *, encoding: str = "bcos", scale: tuple[float, float] = (0.25, 1.0),
                     ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
-                    explanations: Mapping[str, Tensor] | None = None, crop_fraction: float = 0.875,
-                    mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> v2.Compose:
+                    explanations: Mapping[str, Tensor] | None = None, crop_fraction: float = 0.875) -> v2.Compose:
     """Training preset: random resized crop to ``size × size`` (area ``scale``, aspect ``ratio``), horizontal flip
     with probability ``hflip``, sanitise boxes, encode.
 
@@ -144,5 +126,13 @@ def train_transform(size: int, *, encoding: str = "bcos", scale: tuple[float, fl
     if explanations is not None:
         steps += [base_view(size, crop_fraction), AttachExplanations(explanations)]
     steps += [v2.RandomResizedCrop(size, scale=scale, ratio=ratio, antialias=True), v2.RandomHorizontalFlip(hflip),
-              SanitizeBoxes(), encode(encoding, mean, std)]
+              SanitizeBoxes(), encode(encoding)]
     return v2.Compose(steps)
+
+
+def transforms_for(model: nn.Module, size: int, *, train: bool = False, **options: Any) -> v2.Compose:
+    """The preset for ``model``: :func:`train_transform` (``train=True``) or :func:`eval_transform`, ending in the
+    input encoding the model takes (``capabilities(model).encoding``). ``options`` go to the preset (e.g.
+    ``crop_fraction``, ``scale``, ``explanations``)."""
+    encoding = capabilities(model).encoding
+    return (train_transform if train else eval_transform)(size, encoding=encoding, **options)

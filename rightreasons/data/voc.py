@@ -8,7 +8,7 @@
     SegmentationClass/<id>.png        (optional; 422 images, used by the on-object metric)
 
 Boxes: VOC's ``bndbox`` holds 1-based inclusive pixel indices; they become XYXY ``(xmin − 1, ymin − 1, xmax, ymax)``
-so that the box rasterises to exactly the annotated pixels (:mod:`rightreasons.data.boxes`). ``difficult`` objects
+so that the box rasterises to exactly the annotated pixels (:mod:`rightreasons.boxes`). ``difficult`` objects
 are kept by default (``use_difficult=False`` drops them, and their class counts for the image label only through
 non-difficult objects). Segmentation masks keep VOC's values: 0 background, k + 1 for class k, 255 void.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import AnnotatedDataset, Records
-from .boxes import check_boxes
+from .box_policy import check_boxes
 from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
 

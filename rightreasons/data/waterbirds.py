@@ -1,11 +1,11 @@
-"""Waterbirds-100 with bird boxes (SCIENCE.md §6).
+"""Waterbirds-100 with bird boxes (docs/science.md, model guidance).
 
 Layout (the release of Petryk et al., "waterbird_1.0_forest2water2")::
 
     root/metadata.csv       columns img_filename, y (0 landbird, 1 waterbird), place (0 land, 1 water),
                             split (0 train, 1 val, 2 test); other columns are ignored
     root/<img_filename>     the images
-    root/boxes.csv          the bird boxes (our format, written by scripts/prepare_waterbirds.py)
+    root/boxes.csv          the bird boxes (our format, written by `rightreasons prepare waterbirds`)
 
 Box file format: CSV with header ``img_filename,x1,y1,x2,y2`` and one row per image; XYXY in pixels of that image,
 0-based with exclusive ``x2, y2`` (the box covers pixel columns ``x1 … x2 − 1``), e.g.
@@ -17,7 +17,7 @@ landbird/water, 2 = G3 waterbird/land (the worst group), 3 = G4 waterbird/water.
 
 Tasks: ``"conventional"`` — classes (landbird, waterbird), the guidance mask is the bird box; ``"reversed"`` —
 classes (land, water), the mask is everything *outside* the bird box, given as up to four boxes whose union is that
-region (:func:`rightreasons.data.boxes.complement_boxes`), so it moves correctly with crops and flips.
+region (:func:`rightreasons.boxes.complement_boxes`), so it moves correctly with crops and flips.
 
 Validation: by default the ``val`` split keeps only G1 and G4, i.e. it is drawn like the (100 % correlated) training
 split, so that model selection does not see the test distribution; ``train_like_val=False`` keeps all groups.
@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from .base import AnnotatedDataset, Records
-from .boxes import check_boxes, complement_boxes
+from ..boxes import complement_boxes
+from .box_policy import check_boxes
 from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
 
@@ -127,8 +128,9 @@ class Waterbirds100(AnnotatedDataset):
         else:
             box_path = Path(box_file) if Path(box_file).is_absolute() else root / box_file
             if not box_path.is_file():
-                raise DataError(f"{box_path}: Waterbirds box file not found; build it with "
-                                "scripts/prepare_waterbirds.py --segmentations DIR, or pass box_file=None")
+                raise DataError(f"{box_path}: Waterbirds box file not found; build it with `rightreasons prepare "
+                                "waterbirds ROOT --segmentations DIR`, or set data.options.box_file=null (no boxes: "
+                                "training only, without guidance or localisation metrics)")
             box_table = read_box_file(box_path)
             missing = [r[0] for r in rows if r[0] not in box_table]
             if missing:

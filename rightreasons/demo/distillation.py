@@ -1,12 +1,12 @@
-"""The e²KD stage of the demo (SCIENCE.md §7): distil each seed's guided teacher into a smaller B-cos student on the
-biased training split with KD, live e²KD and e²KD with frozen explanations, and ask whether the students follow the
-teacher where the background contradicts the bird.
+"""The e²KD stage of the demo: distil each seed's guided teacher into a smaller B-cos student on the biased training
+split with KD, live e²KD and e²KD with frozen explanations, and ask whether the students follow the teacher where the
+background contradicts the bird.
 
-Each run goes through :func:`rightreasons.distill.run_distillation` (the engine, ``out/runs/seed-<k>/distill/<mode>``;
-the frozen runs share one teacher cache per seed). Every student is scored on the guidance stage's test split: its
-accuracy per group, EPG/IoU (:func:`~rightreasons.demo.guidance.evaluate_model`), and its top-1 agreement and
-explanation similarity with the teacher (:func:`~rightreasons.distill.evaluate_fidelity`), overall and on the
-in-distribution (G1, G4) and out-of-distribution (G2, G3) groups. Results: ``ctx.results["distillation"]``,
+Each run is a :class:`~rightreasons.experiments.DistillationRun` (``out/runs/seed-<k>/distill/<mode>``; the frozen
+runs share one teacher cache per seed). Every student is scored on the guidance stage's test split: its accuracy per
+group, EPG/IoU (:func:`~rightreasons.demo.guidance.evaluate_model`), and its top-1 agreement and explanation
+similarity with the teacher (:class:`~rightreasons.distill.FidelityEvaluator`), overall and on the in-distribution
+(G1, G4) and out-of-distribution (G2, G3) groups. Results: ``ctx.results["distillation"]``,
 ``ctx.models[<mode>]`` and a figure of teacher and students explaining the same images.
 """
 
@@ -18,12 +18,14 @@ from typing import Any
 
 from torch import nn
 
-from ..checkpoints import load_model
-from ..data.waterbirds import GROUP_NAMES
-from ..distill import evaluate_fidelity, run_distillation
+from ..data import GROUP_NAMES
+from ..distill import FidelityEvaluator
+from ..evaluation import evaluate
+from ..experiments import MODE_LABELS, DistillationRun, run_distillation
+from ..hub import load_model
+from ..reporting import cell, markdown_table, summarize
 from .figures import draw_explanations
-from .guidance import GROUP_KEYS, cell, evaluate_model, fresh, summarize
-from .pareto import markdown_table
+from .guidance import GROUP_KEYS, evaluate_model, fresh
 from .pipeline import DATASET, DemoContext
 
 __all__ = ["DISTILL_METRICS", "distill_and_evaluate", "distillation_checks", "evaluate_student"]
@@ -33,7 +35,6 @@ DISTILL_METRICS = ("accuracy", "ood_accuracy", "worst_group_accuracy", "agreemen
                    *(f"agreement/{g}" for g in GROUP_KEYS), "explanation_similarity", "epg")
 HEADERS = ("accuracy", "OOD accuracy", "worst group", "agreement", "ID agreement", "OOD agreement",
            *(f"agr. {g}" for g in GROUP_KEYS), "expl. similarity", "EPG")
-MODE_NAMES = {"kd": "KD", "e2kd": "e²KD", "e2kd_frozen": "e²KD (frozen)"}
 
 
 def evaluate_student(model_file: Path, teacher: nn.Module, ctx: DemoContext) -> dict[str, float]:
@@ -41,9 +42,9 @@ def evaluate_student(model_file: Path, teacher: nn.Module, ctx: DemoContext) -> 
     fractions; similarity in [-1, 1]."""
     metrics: dict[str, float] = evaluate_model(model_file, ctx)
     student = load_model(model_file).to(ctx.device)
-    fidelity = evaluate_fidelity(student, teacher, ctx.test_set(), kind="bcos", student_encoding="bcos",
-                                 teacher_encoding="bcos", batch_size=ctx.settings.batch_size, device=ctx.device,
-                                 group_names=list(GROUP_NAMES))
+    evaluator = FidelityEvaluator(teacher, method="bcos_weights", layer="input", group_names=list(GROUP_NAMES))
+    fidelity = evaluate(student, ctx.test_set(student), [evaluator], batch_size=ctx.settings.batch_size,
+                        device=ctx.device)
     metrics.update({key: fidelity[key] for key in ("agreement", "id_agreement", "ood_agreement", "ood_accuracy",
                                                    "explanation_similarity")})
     metrics.update({f"agreement/{key}": fidelity[f"agreement/{name}"] for key, name in zip(GROUP_KEYS, GROUP_NAMES)})
@@ -51,7 +52,7 @@ def evaluate_student(model_file: Path, teacher: nn.Module, ctx: DemoContext) -> 
 
 
 def distillation_checks(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The result the stage is meant to show (issue 7), from the means, in percentage points: e²KD students agree
+    """The result the stage is meant to show, from the means, in percentage points: e²KD students agree
     with the teacher on the out-of-distribution groups at least 5 p.p. more often than KD students, and e²KD with
     frozen explanations still more often than KD."""
     def ood(mode: str) -> float:
@@ -73,7 +74,7 @@ def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], teacher: dict
              checks: list[dict[str, Any]], figure: Path) -> str:
     d = ctx.settings.distillation
     kwargs = ", ".join(f"{k}={v}" for k, v in d.student_kwargs.items())
-    rows = [{"model": MODE_NAMES[m], **{k: cell(summary[m][k]) for k in DISTILL_METRICS}} for m in d.modes]
+    rows = [{"model": MODE_LABELS[m], **{k: cell(summary[m][k]) for k in DISTILL_METRICS}} for m in d.modes]
     text = [f"Teacher: the `{d.teacher}` model of each seed (test accuracy {cell(teacher['accuracy'])}, OOD groups "
             f"G2/G3 {cell(teacher['G2'])} / {cell(teacher['G3'])} %). Student: {d.student} ({kwargs}), trained "
             f"from scratch on the biased training split for {d.epochs} epochs (Adam, lr {d.lr:g}, cosine) with KD "
@@ -105,13 +106,13 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
         metrics: dict[str, dict[str, float]] = {}
         for mode in d.modes:
             began = time.time()
-            result = run_distillation(
-                teacher, mode=mode, output_dir=fresh(folder / mode), student=d.student,
-                student_kwargs=d.student_kwargs, data_options=s.dataset_options("train"), image_size=s.image_size,
-                batch_size=s.batch_size, epochs=d.epochs, lr=d.lr, temperature=d.temperature,
-                explanation_weight=d.explanation_weight, seed=seed, cache_dir=cache, test_split=None,
-                cpu=ctx.device.type == "cpu",
-                overrides={"eval": {"localization": False}, "distill": {"eval_data": validation}})
+            result = run_distillation(DistillationRun(
+                teacher=str(teacher), mode=mode, output_dir=str(fresh(folder / mode)), student=d.student,
+                student_kwargs=dict(d.student_kwargs), data_options=s.dataset_options("train"),
+                image_size=s.image_size, batch_size=s.batch_size, epochs=d.epochs, lr=d.lr,
+                temperature=d.temperature, explanation_weight=d.explanation_weight, seed=seed, cache_dir=str(cache),
+                test_split=None, cpu=ctx.device.type == "cpu",
+                overrides={"eval": {"localization": False}, "distill": {"eval_data": validation}}))
             model_file = Path(result["model_file"])
             ctx.models[mode].append(model_file)
             metrics[mode] = evaluate_student(model_file, teacher_model, ctx)
@@ -123,7 +124,8 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
     checks = distillation_checks(summary)
     teacher_summary = ctx.results["guidance"]["summary"][d.teacher]
     figure, images = draw_explanations(
-        ctx, {f"teacher ({d.teacher})": ctx.models[d.teacher][0], **{MODE_NAMES[m]: ctx.models[m][0] for m in d.modes}},
+        ctx, {f"teacher ({d.teacher})": ctx.models[d.teacher][0],
+              **{MODE_LABELS[m]: ctx.models[m][0] for m in d.modes}},
         "distillation.png")
     ctx.results["distillation"] = {
         "teacher": d.teacher, "modes": list(d.modes), "metrics": list(DISTILL_METRICS),

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from matplotlib.patches import Rectangle
 
-from ..checkpoints import load_model
-from ..data import collate
-from ..data.waterbirds import GROUP_NAMES
+from ..boxes import outline
+from ..data import GROUP_NAMES, collate
 from ..explain import explain, to_rgba
-from .pareto import mark_fronts, markdown_table, plot_pareto
+from ..hub import load_model
+from ..plotting import figure
+from ..reporting import mark_fronts, markdown_table, plot_pareto
 from .pipeline import DemoContext
 
 __all__ = ["draw_explanations", "explanation_figure", "explanation_targets", "pareto_figure"]
@@ -50,20 +52,14 @@ def draw_explanations(ctx: DemoContext, models: Mapping[str, Path], filename: st
     ``models`` (column title → model file) its colour explanation of the ground-truth class, titled with the
     predicted class and its probability (green: correct). Written to ``out/figures/<filename>``; returns the path
     and, per image, its id, group, label and every model's prediction."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    test = ctx.test_set()
+    loaded = {name: load_model(model_file).to(ctx.device).eval() for name, model_file in models.items()}
+    test = ctx.test_set(next(iter(loaded.values())))  # B-cos models: one encoding for all
     indices = explanation_targets(ctx)
     batch = collate([test[i] for i in indices])
     images = batch["image"].to(ctx.device)
     labels = batch["labels"].argmax(1).to(ctx.device)
     shown: dict[str, Any] = {}
-    for name, model_file in models.items():
-        model = load_model(model_file).to(ctx.device).eval()
+    for name, model in loaded.items():
         e = explain(model, images, target=labels)
         probabilities = torch.sigmoid(e.logits.detach().float())
         predicted = probabilities.argmax(1)
@@ -71,15 +67,23 @@ def draw_explanations(ctx: DemoContext, models: Mapping[str, Path], filename: st
                        "class": predicted.cpu().tolist(),
                        "probability": probabilities.gather(1, predicted[:, None])[:, 0].cpu().tolist()}
     rows, cols = len(indices), 1 + len(models)
-    fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols, 1.9 * rows + 0.4), squeeze=False)
+    path = ctx.out / "figures" / filename
+    with figure(path, rows, cols, size=(1.9 * cols, 1.9 * rows + 0.4), dpi=110) as (_, axes):
+        records = _draw_grid(axes, test, indices, batch, images, labels, models, shown)
+    return path, records
+
+
+def _draw_grid(axes: Any, test: Any, indices: list[int], batch: dict[str, Any], images: torch.Tensor,
+               labels: torch.Tensor, models: Mapping[str, Path], shown: dict[str, Any]) -> list[dict[str, Any]]:
     classes = test.classes
     records = []
     for r, index in enumerate(indices):
         group = int(test.records.groups[index])
         ax = axes[r][0]
         ax.imshow(images[r, :3].permute(1, 2, 0).cpu().clamp(0, 1).numpy())
-        for x1, y1, x2, y2 in batch["boxes"][r].as_subclass(torch.Tensor).tolist():
-            ax.add_patch(Rectangle((x1 - 0.5, y1 - 0.5), x2 - x1, y2 - y1, fill=False, color="white", lw=1))
+        for box in batch["boxes"][r].as_subclass(torch.Tensor).tolist():
+            x, y, width, height = outline(box)
+            ax.add_patch(Rectangle((x, y), width, height, fill=False, color="white", lw=1))
         ax.set_title(GROUP_NAMES[group], fontsize=7)
         record = {"id": str(batch["id"][r]), "group": GROUP_NAMES[group], "label": classes[int(labels[r])],
                   "predictions": {}}
@@ -96,12 +100,7 @@ def draw_explanations(ctx: DemoContext, models: Mapping[str, Path], filename: st
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.tight_layout()
-    path = ctx.out / "figures" / filename
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path, records
+    return records
 
 
 def explanation_figure(ctx: DemoContext) -> None:

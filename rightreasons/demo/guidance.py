@@ -1,31 +1,29 @@
-"""The model-guidance stages of the demo: train a baseline per seed, fine-tune it with each guided variant, evaluate
-every model on the balanced test split, and compare with the thesis' findings (SCIENCE.md §6).
+"""The model-guidance stage of the demo: train a baseline per seed, fine-tune it with each guided variant, evaluate
+every model on the balanced test split, and compare with the thesis' findings.
 
-Training goes through the engine (:func:`rightreasons.engine.train`) with configs built here; each run writes to
-``out/runs/seed-<k>/<model>/`` (``model.safetensors``, ``summary.json``, ``metrics.jsonl``). The guided variants
-fine-tune the baseline's weights, as the thesis fine-tunes pretrained models, with boxes on a fraction of the
-training images (the seed also draws which). Results: ``ctx.results["guidance"]`` and ``ctx.models[name]``.
+Each run is a :class:`~rightreasons.experiments.TrainingRun` writing to ``out/runs/seed-<k>/<model>/``
+(``model.safetensors``, ``summary.json``, ``metrics.jsonl``). The guided variants fine-tune the baseline's weights,
+as the thesis fine-tunes pretrained models, with boxes on a fraction of the training images (the seed also draws
+which). Results: ``ctx.results["guidance"]`` and ``ctx.models[name]``.
 """
 
 from __future__ import annotations
 
 import shutil
-import statistics
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..checkpoints import load_model
-from ..data.waterbirds import GROUP_NAMES
-from ..engine import TrainConfig, from_dict, train
-from ..engine.evaluation import evaluate_classifier
-from .pareto import markdown_table
+from ..data import GROUP_NAMES
+from ..engine.schema import GuidanceConfig
+from ..evaluation import classifier_evaluators, evaluate
+from ..experiments import TrainingRun, run_training
+from ..hub import load_model
+from ..reporting import cell, markdown_table, summarize
 from .pipeline import DATASET, DemoContext
 from .settings import DemoSettings, GuidedVariant
 
-__all__ = ["METRICS", "benchmark_checks", "cell", "evaluate_model", "fresh", "summarize", "train_and_evaluate",
-           "training_config"]
+__all__ = ["METRICS", "benchmark_checks", "evaluate_model", "fresh", "train_and_evaluate", "training_run"]
 
 GROUP_KEYS = tuple(name.split()[0] for name in GROUP_NAMES)  # "G1" … "G4"
 #: the metrics of every model on the test split, in table order
@@ -33,41 +31,30 @@ METRICS = ("accuracy", *GROUP_KEYS, "worst_group_accuracy", "epg", "iou")
 HEADERS = ("overall acc.", *GROUP_NAMES, "worst group", "EPG", "IoU")
 
 
-def training_config(settings: DemoSettings, seed: int, output_dir: Path, variant: GuidedVariant | None = None,
-                    baseline: Path | None = None) -> TrainConfig:
-    """The engine config of the baseline (``variant=None``) or of a guided fine-tuning of ``baseline``.
-
-    Validation during training only tracks accuracy (the validation split is as biased as the training split);
-    the demo evaluates on the test split afterwards.
-    """
+def training_run(settings: DemoSettings, seed: int, output_dir: Path, variant: GuidedVariant | None = None,
+                 baseline: Path | None = None) -> TrainingRun:
+    """The baseline (``variant=None``) or a guided fine-tuning of ``baseline``, B-cos contributions at the input."""
     s = settings
-    epochs = s.guided_epochs if variant else s.baseline_epochs
-    config: dict[str, Any] = {
-        "output_dir": str(output_dir), "seed": seed, "log_every": 10,
-        "model": {"name": s.model, "kwargs": dict(s.model_kwargs)},
-        "data": {"name": DATASET, "image_size": s.image_size, "batch_size": s.batch_size, "augment": True,
-                 "crop_scale": list(s.crop_scale), "options": s.dataset_options("train")},
-        "optim": {"name": "adam", "lr": s.guided_lr if variant else s.baseline_lr, "epochs": epochs,
-                  "schedule": "cosine"},
-        "eval": {"every_epochs": epochs, "num_images": 0, "localization": False},
-        "checkpoint": {"keep_last": 1},
-    }
-    if variant is not None:
-        if baseline is None:
-            raise ValueError(f"guided variant {variant.name!r} needs the baseline's model file to fine-tune")
-        config["model"]["checkpoint"] = str(baseline)
-        config["data"]["annotated_fraction"] = s.annotated_fraction
-        config["guidance"] = {"enabled": True, "method": "bcos", "layer": "input", "loss": variant.loss,
-                              "weight": variant.weight, "dilation": variant.dilation}
-    return from_dict(TrainConfig, config)
+    if variant is not None and baseline is None:
+        raise ValueError(f"guided variant {variant.name!r} needs the baseline's model file to fine-tune")
+    return TrainingRun(
+        output_dir=str(output_dir), seed=seed, model=s.model, model_kwargs=dict(s.model_kwargs),
+        checkpoint=None if variant is None else str(baseline), data=DATASET,
+        data_options=s.dataset_options("train"), image_size=s.image_size, batch_size=s.batch_size,
+        crop_scale=list(s.crop_scale), epochs=s.guided_epochs if variant else s.baseline_epochs,
+        lr=s.guided_lr if variant else s.baseline_lr,
+        guidance=None if variant is None else GuidanceConfig(method="bcos", layer="input", loss=variant.loss,
+                                                             weight=variant.weight, dilation=variant.dilation),
+        annotated_fraction=s.annotated_fraction if variant else 1.0)
 
 
 def evaluate_model(model_file: Path, ctx: DemoContext) -> dict[str, float]:
     """Test-split metrics of a trained model: :data:`METRICS` (fractions in [0, 1]), EPG/IoU of B-cos
     contributions at the input for the ground-truth class against the (undilated) box."""
     model = load_model(model_file).to(ctx.device)
-    r = evaluate_classifier(model, ctx.test_set(), batch_size=ctx.settings.batch_size, device=ctx.device,
-                            method="bcos", layer="input", group_names=list(GROUP_NAMES))
+    test = ctx.test_set(model)
+    r = evaluate(model, test, classifier_evaluators(test, "bcos", "input", batch_size=ctx.settings.batch_size),
+                 batch_size=ctx.settings.batch_size, device=ctx.device)
     metrics = {"accuracy": r["accuracy"], "worst_group_accuracy": r["worst_group_accuracy"], "epg": r["epg"],
                "iou": r["iou"]}
     metrics.update({key: r[f"accuracy/{name}"] for key, name in zip(GROUP_KEYS, GROUP_NAMES)})
@@ -81,21 +68,8 @@ def fresh(path: Path) -> Path:
     return path
 
 
-def summarize(runs: list[dict[str, dict[str, float]]], models: Sequence[str],
-              metrics: Sequence[str] = METRICS) -> dict[str, dict[str, Any]]:
-    """Per model and metric: the values over seeds, their mean and sample std (None for one seed)."""
-    out: dict[str, dict[str, Any]] = {}
-    for model in models:
-        out[model] = {}
-        for key in metrics:
-            values = [run[model][key] for run in runs]
-            out[model][key] = {"mean": statistics.fmean(values),
-                               "std": statistics.stdev(values) if len(values) > 1 else None, "values": values}
-    return out
-
-
 def benchmark_checks(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The result the demo is meant to show (issue 6), from the means; in percentage points.
+    """The result the demo is meant to show, from the means; in percentage points.
 
     * Energy raises worst-group accuracy by >= 15 p.p. over the baseline and does not lower overall accuracy;
     * L1 improves worst-group accuracy too;
@@ -125,12 +99,6 @@ def benchmark_checks(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
                        "value": 100 * (kept["energy"] - kept["l1"]), "passed": kept["energy"] > kept["l1"],
                        "energy_share_kept": kept["energy"], "l1_share_kept": kept["l1"]})
     return checks
-
-
-def cell(stat: dict[str, Any]) -> str:
-    """A summary statistic as a table cell in %: ``mean ± std`` (the mean alone for one seed)."""
-    mean = 100 * stat["mean"]
-    return f"{mean:.1f}" if stat["std"] is None else f"{mean:.1f} ± {100 * stat['std']:.1f}"
 
 
 def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], checks: list[dict[str, Any]]) -> str:
@@ -164,9 +132,8 @@ def train_and_evaluate(ctx: DemoContext) -> None:
         for name, variant in jobs:
             began = time.time()
             baseline = ctx.models["baseline"][seed] if variant else None
-            config = training_config(s, seed, fresh(folder / name), variant, baseline)
-            train(config)
-            model_file = Path(config.output_dir) / "model.safetensors"
+            model_file = Path(run_training(training_run(s, seed, fresh(folder / name), variant, baseline))
+                              ["model_file"])
             ctx.models[name].append(model_file)
             metrics[name] = evaluate_model(model_file, ctx)
             seconds[name].append(round(time.time() - began, 1))
@@ -174,7 +141,7 @@ def train_and_evaluate(ctx: DemoContext) -> None:
                     f"{metrics[name]['worst_group_accuracy']:.3f}, EPG {metrics[name]['epg']:.3f} "
                     f"({seconds[name][-1]:.0f} s)")
         runs.append(metrics)
-    summary = summarize(runs, s.models)
+    summary = summarize(runs, s.models, METRICS)
     checks = benchmark_checks(summary)
     ctx.results["guidance"] = {"models": list(s.models), "metrics": list(METRICS), "test_images": len(ctx.test_set()),
                                "runs": {f"seed-{k}": run for k, run in enumerate(runs)}, "summary": summary,

@@ -3,7 +3,7 @@
 A stage is a function ``stage(ctx: DemoContext) -> None``. It may read what earlier stages left (``ctx.models``: model
 files per name and seed; ``ctx.results``) and adds its own: numbers under ``ctx.results[<key>]`` (JSON-serialisable,
 written to ``results.json``), figures under ``ctx.out / "figures"``, and Markdown sections with
-:meth:`DemoContext.add_section` (written to ``report.md`` in stage order). :func:`run_demo` runs the stages, times
+:meth:`DemoContext.add_section` (written to ``report.md`` in stage order). :func:`run_stages` runs the stages, times
 them and writes both files. A later stage (e.g. e²KD distillation from the guided models) is appended to the list.
 """
 
@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from .. import __version__
-from ..data import AnnotatedDataset, eval_transform, load_dataset
+from ..version import __version__
+from ..data import AnnotatedDataset, load_dataset, transforms_for
+from ..fileio import write_text_atomic
 from .settings import DemoSettings
 
-__all__ = ["DATASET", "DemoContext", "Stage", "run_demo"]
+__all__ = ["DATASET", "DemoContext", "Stage", "run_stages"]
 
 #: the benchmark every stage trains and evaluates on
 DATASET = "synthetic-birds"
@@ -55,12 +57,14 @@ class DemoContext:
         """Where evaluations run: the GPU when there is one."""
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    def test_set(self) -> AnnotatedDataset:
-        """The balanced test split, encoded for B-cos models (loaded once)."""
+    def test_set(self, model: nn.Module | None = None) -> AnnotatedDataset:
+        """The balanced test split (loaded once); with ``model``, its samples are transformed for that model
+        (:func:`~rightreasons.data.transforms_for`)."""
         if self._test_set is None:
             s = self.settings
-            self._test_set = load_dataset(DATASET, None, "test", **s.dataset_options("test"),
-                                          transform=eval_transform(s.image_size, encoding="bcos", crop_fraction=1.0))
+            self._test_set = load_dataset(DATASET, None, "test", **s.dataset_options("test"))
+        if model is not None:
+            self._test_set.transform = transforms_for(model, self.settings.image_size, crop_fraction=1.0)
         return self._test_set
 
 
@@ -97,12 +101,8 @@ def _report(ctx: DemoContext) -> str:
     return "\n".join(lines)
 
 
-def run_demo(out: str | Path, settings: DemoSettings, stages: Sequence[Stage] | None = None) -> dict[str, Any]:
-    """Run ``stages`` (default :data:`rightreasons.demo.STAGES`) and write ``out/results.json`` and
-    ``out/report.md``; returns the results."""
-    if stages is None:
-        from . import STAGES
-        stages = STAGES
+def run_stages(out: str | Path, settings: DemoSettings, stages: Sequence[Stage]) -> dict[str, Any]:
+    """Run ``stages`` in order and write ``out/results.json`` and ``out/report.md``; returns the results."""
     ctx = DemoContext(Path(out), settings)
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.results["settings"] = settings.to_dict()
@@ -115,7 +115,7 @@ def run_demo(out: str | Path, settings: DemoSettings, stages: Sequence[Stage] | 
     ctx.results["timing"] = {"total_seconds": round(time.time() - start, 1), "stages": timings,
                              "threads": torch.get_num_threads()}
     _check_finite(ctx.results)
-    (ctx.out / "results.json").write_text(json.dumps(ctx.results, indent=2) + "\n")
-    (ctx.out / "report.md").write_text(_report(ctx))
+    write_text_atomic(ctx.out / "results.json", json.dumps(ctx.results, indent=2) + "\n")
+    write_text_atomic(ctx.out / "report.md", _report(ctx))
     ctx.log(f"report: {ctx.out / 'report.md'} ({ctx.results['timing']['total_seconds']:.0f} s)")
     return ctx.results

@@ -43,15 +43,16 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
 
-from .. import __version__
+from ..version import __version__
 from ..data import collate
 from ..data.io import relative_path
-from ..engine.checkpointing import fsync_path, write_json_atomic
-from ..engine.config import diff_configs
-from .explanations import unwrap
+from ..config import diff_configs
+from ..errors import CacheError
+from ..fileio import atomic_write, write_json_atomic
+from ..hub import unwrap_model
 
-__all__ = ["CacheCorruptError", "CacheError", "CacheMismatchError", "ExplanationCache", "MANIFEST",
-           "weights_fingerprint", "write_cache"]
+__all__ = ["CacheCorruptError", "CacheMismatchError", "ExplanationCache", "MANIFEST", "weights_fingerprint",
+           "write_cache"]
 
 FORMAT, VERSION = "rightreasons-explanation-cache", 1
 MANIFEST = "manifest.json"
@@ -61,10 +62,6 @@ _HASH_CHUNK = 2 ** 22
 
 #: ``explainer(images [N, C, H, W]) -> (logits [N, K], explanations [N, C', H', W'])`` on the teacher's input
 Explainer = Callable[[Tensor], tuple[Tensor, Tensor]]
-
-
-class CacheError(ValueError):
-    """A cache directory that cannot be used; the message names the directory or shard and the problem."""
 
 
 class CacheMismatchError(CacheError):
@@ -78,7 +75,7 @@ class CacheCorruptError(CacheError):
 def weights_fingerprint(model: nn.Module) -> str:
     """SHA-256 over the model's state dict (names, dtypes, shapes and bytes, in name order)."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(unwrap(model).state_dict().items()):
+    for name, tensor in sorted(unwrap_model(model).state_dict().items()):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
@@ -143,17 +140,13 @@ def _explain_rows(explainer: Explainer, dataset: Any, rows: range, batch_size: i
 
 def _write_shard(root: Path, index: int, rows: range, maps: Tensor, scales: Tensor, logits: Tensor,
                  ids: list[str]) -> dict[str, Any]:
-    """Write shard ``index`` atomically (temporary file, fsync, hash, rename), then its record."""
+    """Write shard ``index`` atomically (:func:`~rightreasons.fileio.atomic_write`), then its record."""
     name = _shard_name(index)
-    path = root / f"{name}.safetensors"
-    tmp = root / f".{name}.safetensors.tmp"
-    save_file({"explanations": maps.contiguous(), "scales": scales.contiguous(), "logits": logits.contiguous()},
-              str(tmp), metadata={"ids": json.dumps(ids)})
-    fsync_path(tmp)
-    record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, "sha256": _file_digest(tmp),
-              "bytes": tmp.stat().st_size, "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
-    os.replace(tmp, path)
-    fsync_path(root)
+    path = atomic_write(root / f"{name}.safetensors", lambda tmp: save_file(
+        {"explanations": maps.contiguous(), "scales": scales.contiguous(), "logits": logits.contiguous()},
+        str(tmp), metadata={"ids": json.dumps(ids)}))
+    record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, "sha256": _file_digest(path),
+              "bytes": path.stat().st_size, "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
     write_json_atomic(root / f"{name}.json", record)
     return record
 
@@ -226,6 +219,8 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
                   provenance={"rightreasons": __version__, **(provenance or {})})
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".*.tmp"):  # temporary files of a killed writer
+            stale.unlink()
         if existing is None:
             write_json_atomic(manifest_path, header)
     barrier()

@@ -1,10 +1,12 @@
-"""The loss terms of knowledge distillation and e²KD (SCIENCE.md §7, thesis eq. 8.1–8.3 and E.1).
+"""The loss terms of knowledge distillation and e²KD (thesis eq. 8.1–8.3 and E.1).
+
+Every function takes the student first and the teacher second, like PyTorch's ``loss(input, target)``.
 
 * :func:`kd_loss` — logit distillation ``τ² · KL(p_T(τ) ‖ p_S(τ))`` with ``p(τ) = softmax(z / τ)``, mean over samples.
   The ``τ²`` keeps the gradient scale independent of the temperature (Hinton et al.).
 * :func:`multilabel_kd_loss` — multi-label distillation (VOC/COCO, [YXZ⁺23] with the thesis' temperature):
   ``τ · Σ_j KL([σ(z_T,j/τ), 1 − σ(z_T,j/τ)] ‖ [σ(z_S,j/τ), 1 − σ(z_S,j/τ)])``, mean over samples.
-* :func:`explanation_loss` — the e²KD term ``1 − cos(E_T, E_S)`` of each sample's explanations (flattened), mean over
+* :func:`explanation_loss` — the e²KD term ``1 − cos(E_S, E_T)`` of each sample's explanations (flattened), mean over
   samples. Cosine similarity ignores the explanations' scale, so a teacher and a student with differently scaled
   logits can still agree.
 * :func:`attention_transfer_loss` — the attention-transfer baseline (AT, Zagoruyko & Komodakis 2017): per layer the
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..metrics import explanation_similarity
+from ..metrics.agreement import explanation_similarity
 
 __all__ = ["attention_map", "attention_transfer_loss", "explanation_loss", "kd_loss", "multilabel_kd_loss"]
 
@@ -62,11 +64,11 @@ def multilabel_kd_loss(student_logits: Tensor, teacher_logits: Tensor, temperatu
     return temperature * kl.sum(1).mean()
 
 
-def explanation_loss(teacher_explanations: Tensor, student_explanations: Tensor) -> Tensor:
-    """``mean_n (1 − cos(E_T[n], E_S[n]))`` for explanations ``[N, ...]`` of one shape (flattened per sample).
+def explanation_loss(student_explanations: Tensor, teacher_explanations: Tensor) -> Tensor:
+    """``mean_n (1 − cos(E_S[n], E_T[n]))`` for explanations ``[N, ...]`` of one shape (flattened per sample).
 
     An all-zero explanation has similarity 0 (loss 1), never NaN."""
-    return (1 - explanation_similarity(_promote(teacher_explanations), _promote(student_explanations))).mean()
+    return (1 - explanation_similarity(_promote(student_explanations), _promote(teacher_explanations))).mean()
 
 
 def attention_map(features: Tensor) -> Tensor:

@@ -1,33 +1,38 @@
 """The student's objective in one distillation step (thesis eq. 8.2)::
 
-    L = w_logit · L_KD  +  λ · (1 − cos(E_T, E_S))  +  w_gt · L_class  +  w_AT · L_AT
+    L = w_logit · L_KD  +  λ · (1 − cos(E_S, E_T))  +  w_gt · L_class  +  w_AT · L_AT
 
 with the explanations taken for the teacher's top-1 class. ``λ = 0`` is plain KD (the baseline), ``λ > 0`` e²KD;
 the released e²KD configs put no weight on the ground truth (``w_gt = 0``); the attention-transfer baseline follows its
 paper with ground truth and AT (``w_logit = 0``, ``w_gt = 1``, ``w_AT = 1000``).
 
-The student runs one forward pass: with ``λ > 0`` it is the forward of :func:`model_explanation` with
+The student runs one forward pass: with ``λ > 0`` it is the forward of :func:`rightreasons.explain.attribute` with
 ``create_graph=True``, whose logits also feed the KD and ground-truth terms, so the whole objective needs a single
-``backward``. The teacher's part (logits, explanations, features) comes in as detached :class:`TeacherOutputs`,
-computed live or read from a cache of frozen explanations.
+``backward``. The terms are returned unweighted (for logging) together with the weighted total. The teacher's part
+(logits, explanations, features) comes in as detached :class:`TeacherOutputs`, computed live or read from a cache of
+frozen explanations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Literal
 
 from torch import Tensor, nn
 
-from .explanations import ExplanationKind, TeacherOutputs, capture_features, model_explanation
+from ..errors import UsageError
+from ..explain import METHOD_NAMES, attribute, capture_outputs, layer_for
+from .explanations import TeacherOutputs
 from .losses import attention_transfer_loss, explanation_loss, kd_loss, multilabel_kd_loss
 
-__all__ = ["DistillObjective", "DistillOutput"]
+__all__ = ["LOGIT_LOSSES", "DistillObjective", "DistillOutput", "LogitLossName"]
 
 LOGIT_LOSSES: dict[str, Callable[[Tensor, Tensor, float], Tensor]] = {
     "kd": kd_loss, "multilabel": multilabel_kd_loss}
+"""The logit terms by name: softmax KD and per-class binary KD."""
+LogitLossName = Literal[("auto", *LOGIT_LOSSES)]  # type: ignore[valid-type]
+"""The type of ``distill.logit_loss``: a logit term, or ``auto`` (by the data: multi-label or not)."""
 
 
 @dataclass
@@ -46,8 +51,9 @@ class DistillObjective:
     """The loss of a distillation step.
 
     Args:
-        kind: explanation kind compared by the e²KD term (``bcos``, ``gradcam``; ``none`` forbids ``λ > 0``).
-        layer: GradCAM layer (``final`` = the last stage).
+        method: the explanation compared by the e²KD term (a method of :mod:`rightreasons.explain.methods`, e.g.
+            ``bcos_weights`` or ``gradcam``; ``none`` forbids ``λ > 0``).
+        layer: where the method explains (``final`` = the last stage; ignored by input-only methods).
         logit_loss: ``kd`` (softmax KD) or ``multilabel`` (per-class binary KD).
         temperature: τ of the logit loss.
         logit_weight, explanation_weight, gt_weight, at_weight: the weights of the four terms.
@@ -55,9 +61,9 @@ class DistillObjective:
         classification: ``(logits, labels) -> loss`` for the ground-truth term (needed when ``gt_weight > 0``).
     """
 
-    kind: ExplanationKind = "bcos"
+    method: str = "bcos_weights"
     layer: str = "final"
-    logit_loss: Literal["kd", "multilabel"] = "kd"
+    logit_loss: str = "kd"
     temperature: float = 1.0
     logit_weight: float = 1.0
     explanation_weight: float = 1.0
@@ -74,9 +80,10 @@ class DistillObjective:
         negative = {k: v for k, v in weights.items() if not v >= 0}
         if negative:
             raise ValueError(f"distillation loss weights must be >= 0, got {negative}")
-        if self.explanation_weight > 0 and self.kind not in ("bcos", "gradcam"):
-            raise ValueError(f"the e²KD term (explanation_weight={self.explanation_weight}) needs explanation kind "
-                             f"'bcos' or 'gradcam', got {self.kind!r}")
+        if self.explanation_weight > 0 and self.method not in METHOD_NAMES:
+            raise UsageError(f"the e²KD term (explanation_weight={self.explanation_weight}) needs an explanation "
+                             f"method, one of {list(METHOD_NAMES)}; got {self.method!r}")
+        self.layer = layer_for(self.method, self.layer)
         if self.gt_weight > 0 and self.classification is None:
             raise ValueError("gt_weight > 0 needs a classification loss function")
         if self.at_weight > 0 and not self.at_layers:
@@ -100,17 +107,16 @@ class DistillObjective:
         if self.at_weight > 0 and len(teacher.features) != len(self.at_layers):
             raise ValueError(f"attention transfer needs teacher features of {list(self.at_layers)}, got "
                              f"{len(teacher.features)}")
-        hooks = capture_features(student, self.at_layers) if self.at_weight > 0 else nullcontext([])
-        with hooks as features:
+        with capture_outputs(student, self.at_layers if self.at_weight > 0 else ()) as features:
             if self.needs_teacher_explanations:
-                logits, explanations = model_explanation(student, images, teacher.target, self.kind, self.layer,
-                                                         create_graph=True)
+                result = attribute(student, images, teacher.target, self.method, self.layer, create_graph=True)
+                logits, explanations = result.logits, result.explanation
             else:
                 logits, explanations = student(images), None
         terms = {"kd": LOGIT_LOSSES[self.logit_loss](logits, teacher.logits, self.temperature)}
         total = self.logit_weight * terms["kd"]
         if explanations is not None:
-            terms["explanation"] = explanation_loss(teacher.explanations, explanations)
+            terms["explanation"] = explanation_loss(explanations, teacher.explanations)
             total = total + self.explanation_weight * terms["explanation"]
         if self.gt_weight > 0:
             if labels is None:
@@ -118,6 +124,6 @@ class DistillObjective:
             terms["classification"] = self.classification(logits.float(), labels)
             total = total + self.gt_weight * terms["classification"]
         if self.at_weight > 0:
-            terms["attention"] = attention_transfer_loss(features, teacher.features)
+            terms["attention"] = attention_transfer_loss([f[-1] for f in features], teacher.features)
             total = total + self.at_weight * terms["attention"]
         return DistillOutput(terms=terms, total=total, logits=logits, explanations=explanations)

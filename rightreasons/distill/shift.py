@@ -11,16 +11,15 @@ teacher's behaviour; a student distilled with frozen explanations becomes nearly
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from ..explain import attribute, layer_for
 from ..metrics import explanation_similarity
-from .explanations import ExplanationKind, model_explanation
 
-__all__ = ["save_shift_plot", "shift_similarity", "shifted_view"]
+__all__ = ["shift_similarity", "shifted_view"]
 
 
 def shifted_view(canvas: Tensor, size: int, shift: int) -> Tensor:
@@ -41,7 +40,7 @@ def _overlap_similarity(reference: Tensor, shifted: Tensor, shift: int) -> Tenso
 
 
 def shift_similarity(model: nn.Module, batches: Iterable[Tensor], size: int, shifts: Sequence[int],
-                     kind: ExplanationKind, layer: str = "final") -> Tensor:
+                     method: str, layer: str = "final") -> Tensor:
     """Mean explanation similarity ``[len(shifts)]`` between shifted and unshifted images.
 
     Args:
@@ -49,43 +48,20 @@ def shift_similarity(model: nn.Module, batches: Iterable[Tensor], size: int, shi
         batches: canvases ``[N, C, size + max(shifts), size + max(shifts)]`` encoded for the model.
         size: the model's input size.
         shifts: the diagonal shifts to evaluate (each in ``0 … max(shifts)``).
-        kind: ``bcos`` (``W(x)``) or ``gradcam``; ``layer`` for GradCAM.
+        method: the explanation compared (e.g. ``bcos_weights``: ``W(x)``, or ``gradcam``), at ``layer`` (the input for
+            input-only methods).
     """
     model.eval()
+    layer = layer_for(method, layer)
     totals = torch.zeros(len(shifts), dtype=torch.float64)
     count = 0
     for canvas in batches:
-        logits, reference = model_explanation(model, shifted_view(canvas, size, 0), None, kind, layer)
-        target = logits.argmax(1)
+        unshifted = attribute(model, shifted_view(canvas, size, 0), None, method, layer)
+        reference, target = unshifted.explanation, unshifted.logits.argmax(1)
         for i, shift in enumerate(shifts):
-            _, explanation = model_explanation(model, shifted_view(canvas, size, shift), target, kind, layer)
+            explanation = attribute(model, shifted_view(canvas, size, shift), target, method, layer).explanation
             totals[i] += _overlap_similarity(reference, explanation, shift).double().sum().cpu()
         count += canvas.shape[0]
     if count == 0:
         raise ValueError("shift_similarity: no images")
     return (totals / count).float()
-
-
-def save_shift_plot(path: str | Path, shifts: Sequence[int], curves: Mapping[str, Sequence[float]],
-                    title: str | None = None) -> Path:
-    """Plot one similarity-vs-shift curve per model (PNG, PDF, ... by suffix)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for label, values in curves.items():
-        ax.plot(list(shifts), list(values), marker="o", markersize=3, label=label)
-    ax.set_xlabel("diagonal shift T (pixels)")
-    ax.set_ylabel("cosine similarity to T = 0")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path

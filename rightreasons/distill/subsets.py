@@ -52,7 +52,8 @@ def _single_label(classes: np.ndarray, order: np.ndarray, num_classes: int, shot
 
 class ShotSubset(Dataset):
     """The images ``indices`` of an annotated dataset, with the metadata the training engine reads (``ids``,
-    ``labels``, ``positive_labels``, ``groups``, ``group_names``, ``annotated``, ``num_classes``, ``classes``)."""
+    ``labels``, ``positive_labels``, ``groups``, ``group_names``, ``annotated``, ``num_classes``, ``classes``) and
+    its ``transform`` (setting it sets the dataset's)."""
 
     def __init__(self, dataset: Any, indices: list[int]) -> None:
         self.dataset = dataset
@@ -64,6 +65,14 @@ class ShotSubset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.dataset[self.indices[index]]
+
+    @property
+    def transform(self) -> Any:
+        return self.dataset.transform
+
+    @transform.setter
+    def transform(self, transform: Any) -> None:
+        self.dataset.transform = transform
 
     @property
     def ids(self) -> list[str]:

@@ -1,8 +1,8 @@
-"""The training engine on Hugging Face accelerate: configs, the training loop, checkpoints and evaluation."""
+"""The training engine on Hugging Face accelerate: the generic :class:`Trainer` and its :class:`Task` interface, the
+run config schema, checkpoints, samplers and optimisers. What is trained lives in :mod:`rightreasons.tasks`; typed
+config loading in :mod:`rightreasons.config`."""
 
-from .config import ConfigError, apply_overrides, from_dict, load_config, to_dict
 from .schema import TrainConfig
-from .trainer import Trainer, TrainingError, train
+from .trainer import Step, Task, Trainer, train
 
-__all__ = ["ConfigError", "TrainConfig", "Trainer", "TrainingError", "apply_overrides", "from_dict", "load_config",
-           "to_dict", "train"]
+__all__ = ["Step", "Task", "TrainConfig", "Trainer", "train"]

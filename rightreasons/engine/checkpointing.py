@@ -26,31 +26,13 @@ from typing import Any, Iterable
 
 from accelerate import Accelerator
 
-from ..checkpoints import CheckpointError
+from ..errors import CheckpointError
+from ..fileio import fsync_path, write_json_atomic
 
-__all__ = ["CheckpointManager", "STATE_FILE", "fsync_path", "write_json_atomic"]
+__all__ = ["CheckpointManager", "STATE_FILE"]
 
 STATE_FILE = "trainer_state.json"
 _NAME = re.compile(r"^step-(\d+)$")
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file, fsync and rename, so readers never see a partial file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file or directory entry to disk (after a rename, fsync the parent directory)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CheckpointManager:
@@ -110,16 +92,26 @@ class CheckpointManager:
             if p.name not in keep:
                 shutil.rmtree(p, ignore_errors=True)
 
+    def read_state(self, path: str | Path) -> dict[str, Any]:
+        """The JSON trainer state of checkpoint ``path`` (without restoring anything)."""
+        state_file = Path(path) / STATE_FILE
+        if not state_file.is_file():
+            raise CheckpointError(f"{path} is not a complete checkpoint (no {STATE_FILE}); "
+                                  f"complete ones: {[p.name for p in self.complete()]}")
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{state_file}: unreadable trainer state ({type(e).__name__}: {e})") from e
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{state_file}: expected a JSON object")
+        return state
+
     def load(self, path: str | Path) -> dict[str, Any]:
         """Restore model/optimizer/scheduler/RNG state from ``path`` and return its JSON trainer state."""
-        path = Path(path)
-        state_file = path / STATE_FILE
-        if not state_file.is_file():
-            raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE}); "
-                                    f"complete ones: {[p.name for p in self.complete()]}")
+        state = self.read_state(path)
         try:
             self.accelerator.load_state(str(path))
         except (pickle.UnpicklingError, RuntimeError, OSError) as e:
             raise CheckpointError(f"{path}: cannot restore the training state (corrupt, truncated or not written by "
                                   f"rightreasons; files load with weights_only=True): {e}") from e
-        return json.loads(state_file.read_text())
+        return state

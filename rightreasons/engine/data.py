@@ -5,8 +5,6 @@
 * :class:`SeededTransform` — runs the augmentation of every sample under a seed derived from ``(seed, epoch, sample
   id)``, so random crops and flips do not depend on the DataLoader workers, the number of processes or on whether the
   run was interrupted.
-* :func:`shard_indices` — the part of an evaluation set a process scores (no padding, no duplicates); metrics are
-  then summed across processes by torchmetrics.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["EpochSampler", "SeededTransform", "mix_seed", "shard_indices"]
+__all__ = ["EpochSampler", "SeededTransform", "mix_seed"]
 
 
 def mix_seed(*parts: int) -> int:
@@ -60,8 +58,3 @@ class SeededTransform:
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(seed)
             return self.transform(sample)
-
-
-def shard_indices(n: int, rank: int, world_size: int) -> list[int]:
-    """Indices ``rank, rank + world_size, …`` of ``range(n)``: every index on exactly one process."""
-    return list(range(rank, n, world_size))

@@ -1,8 +1,9 @@
 """Optimisers, learning-rate schedules and gradient clipping for the training engine.
 
-The B-cos v2 recipe (``SCIENCE.md`` §4): Adam without weight decay, cosine schedule with linear warm-up, adaptive gradient
-clipping (AGC: clip 0.01, eps 1e-3, unit-wise norms — timm's implementation). Standard models in e²KD use AdamW with
-weight decay and gradient-norm clipping at 1. Schedules are stepped once per optimiser step.
+The B-cos v2 recipe (docs/science.md, input encoding and training): Adam without weight decay, cosine schedule with
+linear warm-up, adaptive gradient clipping (AGC: clip 0.01, eps 1e-3, unit-wise norms — timm's implementation).
+Standard models in e²KD use AdamW with weight decay and gradient-norm clipping at 1. Schedules are stepped once per
+optimiser step.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from torch import nn
 from torch.optim import SGD, Adam, AdamW, Optimizer
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 
-__all__ = ["OPTIMIZERS", "build_optimizer", "build_scheduler", "clip_gradients"]
+__all__ = ["OPTIMIZERS", "SCHEDULES", "OptimizerName", "ScheduleName", "build_optimizer", "build_scheduler",
+           "clip_gradients"]
 
 OPTIMIZERS = {"adam": Adam, "adamw": AdamW, "sgd": SGD}
+SCHEDULES: tuple[str, ...] = ("constant", "cosine")
+OptimizerName = Literal[tuple(OPTIMIZERS)]  # type: ignore[valid-type]
+ScheduleName = Literal[SCHEDULES]  # type: ignore[valid-type]
 
 
 def build_optimizer(params: Iterable[nn.Parameter], name: str, lr: float, weight_decay: float = 0.0,
@@ -32,7 +37,7 @@ def build_optimizer(params: Iterable[nn.Parameter], name: str, lr: float, weight
     return OPTIMIZERS[name](params, lr=lr, weight_decay=weight_decay, **extra)
 
 
-def build_scheduler(optimizer: Optimizer, name: Literal["constant", "cosine"], total_steps: int,
+def build_scheduler(optimizer: Optimizer, name: str, total_steps: int,
                     warmup_steps: int = 0, warmup_start_factor: float = 0.01) -> LRScheduler:
     """A per-step schedule: ``constant`` or ``cosine`` (to 0 at ``total_steps``), either after a linear warm-up."""
     if total_steps < 1:
@@ -43,7 +48,7 @@ def build_scheduler(optimizer: Optimizer, name: Literal["constant", "cosine"], t
     elif name == "cosine":
         main = CosineAnnealingLR(optimizer, T_max=max(total_steps - warmup_steps, 1))
     else:
-        raise ValueError(f"unknown schedule {name!r}; valid: ['constant', 'cosine']")
+        raise ValueError(f"unknown schedule {name!r}; valid: {list(SCHEDULES)}")
     if warmup_steps == 0:
         return main
     warmup = LinearLR(optimizer, start_factor=warmup_start_factor, end_factor=1.0, total_iters=warmup_steps)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 
 __all__ = ["git_commit", "provenance"]
 

@@ -1,6 +1,6 @@
 """The schema of training, guidance and evaluation configs (YAML files under ``configs/``).
 
-Every key is documented here; :func:`rightreasons.engine.config.load_config` refuses unknown keys and wrong types.
+Every key is documented here; :func:`rightreasons.config.load_config` refuses unknown keys and wrong types.
 A minimal guidance config::
 
     output_dir: runs/voc-energy
@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from ..classification import ClassificationLossName
+from ..explain.methods import MapMethodName
+from ..guidance.losses import GuidanceReduction, LossName
+from .optim import OptimizerName, ScheduleName
 
 __all__ = ["CheckpointConfig", "DataConfig", "EvalConfig", "GuidanceConfig", "LossConfig", "ModelConfig",
            "OptimConfig", "TrainConfig"]
@@ -57,11 +62,11 @@ class DataConfig:
 class OptimConfig:
     """Optimiser, schedule and clipping. ``agc: auto`` = 0.01 for B-cos models (the B-cos recipe), off otherwise."""
 
-    name: Literal["adam", "adamw", "sgd"] = "adam"
+    name: OptimizerName = "adam"
     lr: float = 1e-4
     weight_decay: float = 0.0
     momentum: float = 0.9
-    schedule: Literal["constant", "cosine"] = "constant"
+    schedule: ScheduleName = "constant"
     warmup_epochs: float = 0.0
     epochs: int = 10
     grad_accumulation: int = 1
@@ -77,7 +82,7 @@ class OptimConfig:
 class LossConfig:
     """Classification loss: ``auto`` = BCE for B-cos models and multi-label data, CE otherwise."""
 
-    classification: Literal["auto", "bce", "ce"] = "auto"
+    classification: ClassificationLossName = "auto"
     uniform_off_labels: bool = False
 
 
@@ -86,12 +91,12 @@ class GuidanceConfig:
     """The localisation term ``weight · L_loc`` (off unless ``enabled``; ``rightreasons guide`` turns it on)."""
 
     enabled: bool = False
-    method: Literal["bcos", "ixg", "gradcam", "intgrad"] = "bcos"
+    method: MapMethodName = "bcos"
     layer: str = "input"
-    loss: Literal["energy", "l1", "ppce", "rrr"] = "energy"
+    loss: LossName = "energy"
     weight: float = 1e-3
     dilation: float = 0.0
-    reduction: Literal["mean_annotated", "sum"] = "mean_annotated"
+    reduction: GuidanceReduction = "mean_annotated"
     intgrad_steps: int = 20
 
 
@@ -100,7 +105,7 @@ class EvalConfig:
     """Validation: which attribution scores EPG/IoU, how often, and how many explanation images to draw."""
 
     every_epochs: int = 1
-    method: Literal["bcos", "ixg", "gradcam", "intgrad"] | None = None
+    method: MapMethodName | None = None
     layer: str | None = None
     iou_threshold: float = 0.5
     num_images: int = 4

@@ -1,14 +1,24 @@
-"""The training loop: plain fine-tuning and box-guided fine-tuning on Hugging Face accelerate.
+"""The training engine on Hugging Face accelerate: :class:`Trainer` runs any :class:`Task`.
 
-One step: a single forward pass serves the classification loss and — with guidance — the attribution, which is taken
-with ``torch.autograd.grad(..., create_graph=True)`` inside the step; the total loss ``L_class + λ · L_loc`` gets one
-``accelerator.backward``, so the same code runs on one CPU, one GPU or many processes (DDP). Batches are split across
-processes (``split_batches``): ``data.batch_size`` is the global batch, and a 2-process run follows the 1-process run.
+The trainer knows accelerate, the loop, checkpoints, logging and when to evaluate; a task (plain classification and
+box guidance in :mod:`rightreasons.tasks.classification`, distillation in :mod:`rightreasons.tasks.distillation`) owns
+its data, model, objective — the loss terms and their weights — and its evaluators. The trainer calls the task at
+fixed points, in this order, and at no other time:
 
-Reproducible and resumable: the epoch's sample order depends on ``(seed, epoch)``, augmentation on ``(seed, epoch,
-sample id)`` and class sampling on ``(seed, step)``; checkpoints (``accelerator.save_state`` + JSON trainer state,
-written atomically) record the position inside the epoch, so ``resume=True`` continues mid-epoch and ends with the
-same weights as an uninterrupted run.
+1. ``task.build_datasets()`` → training and validation set (no transforms yet);
+2. ``task.build_model(train_set)`` → the model; its input encoding (:func:`rightreasons.hub.capabilities`) selects the
+   transforms ``task.train_transform(encoding)`` / ``task.eval_transform(encoding)``;
+3. the trainer builds loader, optimiser and schedule, ``accelerator.prepare``\\ s them, then calls ``task.setup(self)``;
+4. every step: ``task.losses(model, batch, step)`` → named unweighted terms (logged) and the weighted total
+   (back-propagated once, so the same code runs on one CPU, one GPU or many processes);
+5. every ``eval.every_epochs`` epochs: the one evaluation loop (:func:`rightreasons.evaluation.evaluate`) with
+   ``task.evaluators(dataset)``; at the end also on ``task.final_evaluations()``.
+
+Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch. Reproducible and
+resumable: the epoch's sample order depends on ``(seed, epoch)``, augmentation on ``(seed, epoch, sample id)`` and
+each step's randomness on ``(seed, step)``; checkpoints (``accelerator.save_state`` + JSON trainer state, written
+atomically) record the position inside the epoch, so ``resume=True`` continues mid-epoch and ends with the same
+weights as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import os
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,32 +38,95 @@ from typing import Any
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from ..checkpoints import save_model
-from ..data import collate, eval_transform, load_dataset, train_transform
+from ..data import collate, eval_transform, train_transform
+from ..errors import TrainingError
+from ..evaluation import Evaluator, evaluate
 from ..explain import explain, save_explanation
-from ..guidance import GuidanceObjective
+from ..fileio import write_json_atomic
+from ..hub import capabilities, save_model, unwrap_model
 from ..metrics import ParetoTracker
-from ..registry import create_model, get_model_spec
-from .checkpointing import CheckpointManager, write_json_atomic
-from .config import diff_configs, to_dict
+from .checkpointing import CheckpointManager
+from ..config import diff_configs, to_dict
 from .data import EpochSampler, SeededTransform, mix_seed
-from .evaluation import evaluate_classifier, is_multilabel, localization_setting
-from .losses import classification_loss, resolve_classification_loss
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .provenance import provenance
 from .schema import OptimConfig, TrainConfig
 
-__all__ = ["TrainingError", "Trainer", "train"]
+__all__ = ["Step", "Task", "Trainer", "train"]
 
 MAX_BAD_STEPS = 3
 
+#: float state tensors per trainable parameter that each optimiser keeps (Adam: two moments; SGD: momentum)
+OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "sgd": 1}
 
-class TrainingError(RuntimeError):
-    """Training cannot go on (e.g. repeated non-finite losses); the message says why and what to check."""
+
+@dataclass(frozen=True)
+class Step:
+    """What a task's :meth:`Task.losses` may need of the run at one step.
+
+    Attributes:
+        generator: a CPU generator seeded by ``(seed, step, batch, rank)``, for the step's own randomness (e.g. the
+            class guidance explains).
+        world_size: number of processes; DDP averages gradients over them.
+        sum_across_processes: ``tensor -> its sum over all processes`` (identity on one process).
+    """
+
+    generator: torch.Generator
+    world_size: int
+    sum_across_processes: Callable[[Tensor], Tensor]
+
+
+class Task:
+    """What a run trains and how it is scored; see the module docstring for when the trainer calls what.
+
+    Subclasses implement :meth:`build_datasets`, :meth:`build_model`, :meth:`losses` and :meth:`evaluators`; the
+    transforms default to the presets of ``config.data``.
+    """
+
+    #: the validation metrics the Pareto front is taken over (all maximised; ``score`` is the task's selection score)
+    objectives: tuple[str, ...] = ("score",)
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+
+    def build_datasets(self) -> tuple[Any, Any]:
+        """The training and validation sets, without transforms (the trainer sets them once the model is built)."""
+        raise NotImplementedError
+
+    def build_model(self, train_set: Any) -> nn.Module:
+        """The model being trained."""
+        raise NotImplementedError
+
+    def train_transform(self, encoding: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """The augmentation of training samples, ending in the model's input ``encoding`` (seeded by the trainer)."""
+        data = self.config.data
+        if data.augment:
+            return train_transform(data.image_size, encoding=encoding, scale=tuple(data.crop_scale))
+        return self.eval_transform(encoding)
+
+    def eval_transform(self, encoding: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """The deterministic view of evaluation samples, ending in the model's input ``encoding``."""
+        return eval_transform(self.config.data.image_size, encoding=encoding, crop_fraction=1.0)
+
+    def setup(self, trainer: Trainer) -> None:
+        """Called once the model, data, optimiser and accelerator are ready (e.g. to move a teacher to the device)."""
+
+    def losses(self, model: nn.Module, batch: dict[str, Any], step: Step) -> tuple[dict[str, Tensor], Tensor]:
+        """Named loss terms (unweighted, for logging) and the weighted total to back-propagate, from one forward
+        pass of ``model`` (the prepared, possibly DDP-wrapped model)."""
+        raise NotImplementedError
+
+    def evaluators(self, dataset: Any) -> list[Evaluator]:
+        """Fresh evaluators for one evaluation of ``dataset``; their results must include ``score``."""
+        raise NotImplementedError
+
+    def final_evaluations(self) -> dict[str, Any]:
+        """Datasets evaluated once after training, by summary key (e.g. ``{"test": test_set}``); none by default."""
+        return {}
 
 
 @dataclass
@@ -62,10 +136,6 @@ class _Position:
     epoch: int = 0
     batch: int = 0
     step: int = 0
-
-
-#: float state tensors per trainable parameter that each optimiser keeps (Adam: two moments; SGD: momentum)
-OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "sgd": 1}
 
 
 def _preflight(output_dir: Path) -> None:
@@ -81,7 +151,7 @@ def _preflight(output_dir: Path) -> None:
         raise TrainingError(f"output directory {output_dir} is not writable: {e}") from e
 
 
-def checkpoint_bytes(model: torch.nn.Module, optim: OptimConfig) -> int:
+def checkpoint_bytes(model: nn.Module, optim: OptimConfig) -> int:
     """Estimated size of one checkpoint: the model's state dict plus the optimiser's state
     (:data:`OPTIMIZER_SLOTS` tensors the size of every trainable parameter; none for SGD without momentum)."""
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
@@ -102,10 +172,11 @@ def _check_free_space(output_dir: Path, per_checkpoint: int, copies: int) -> Non
 
 
 class Trainer:
-    """Builds data, model and optimiser from a :class:`TrainConfig` and runs training and validation."""
+    """Builds data, model and optimiser for a :class:`Task` and runs training and validation."""
 
-    def __init__(self, config: TrainConfig, accelerator: Accelerator | None = None) -> None:
-        self.config = config
+    def __init__(self, task: Task, accelerator: Accelerator | None = None) -> None:
+        self.task = task
+        self.config = config = task.config
         self.output_dir = Path(config.output_dir)
         tensorboard = importlib.util.find_spec("tensorboard") is not None
         self.accelerator = accelerator or Accelerator(
@@ -120,75 +191,45 @@ class Trainer:
         set_seed(config.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
 
-        self.bcos = get_model_spec(config.model.name).bcos
-        self.encoding = "bcos" if self.bcos else "normalize"
-        self.train_set, self.val_set = self.build_datasets()
-        if config.guidance.enabled and not self.train_set.annotated.any():
-            raise TrainingError(f"guidance needs annotated images, but none of the {len(self.train_set)} training "
-                                f"images of {config.data.name} has boxes "
-                                f"(data.annotated_fraction={config.data.annotated_fraction})")
-        self.multilabel = is_multilabel(self.train_set)
-        self.loss_kind = resolve_classification_loss(config.loss.classification, self.bcos, self.multilabel)
-        model = self.build_model()
+        self.train_set, self.val_set = task.build_datasets()
+        model = task.build_model(self.train_set)
+        self.capabilities = capabilities(model)
+        self.encoding = self.capabilities.encoding
+        self.train_transform = SeededTransform(task.train_transform(self.encoding), config.seed)
+        self.train_set.transform = self.train_transform
+        self.val_set.transform = task.eval_transform(self.encoding)
         if self.accelerator.is_main_process:
             _check_free_space(self.output_dir, checkpoint_bytes(model, config.optim), config.checkpoint.keep_last + 2)
-        data = config.data
+
+        data, optim = config.data, config.optim
         self.sampler = EpochSampler(len(self.train_set), config.seed)
         loader = DataLoader(self.train_set, batch_size=data.batch_size, sampler=self.sampler, collate_fn=collate,
                             num_workers=data.num_workers, drop_last=True)
         if len(loader) == 0:
             raise TrainingError(f"data.batch_size={data.batch_size} is larger than the training set "
                                 f"({len(self.train_set)} images)")
-        self.steps_per_epoch = math.ceil(len(loader) / config.optim.grad_accumulation)
-        total = config.optim.epochs * self.steps_per_epoch
+        self.steps_per_epoch = math.ceil(len(loader) / optim.grad_accumulation)
+        total = optim.epochs * self.steps_per_epoch
         self.total_steps = min(total, config.max_steps) if config.max_steps else total
-        optim = config.optim
         optimizer = build_optimizer(model.parameters(), optim.name, optim.lr, optim.weight_decay, optim.momentum)
         scheduler = build_scheduler(optimizer, optim.schedule, total,
                                     round(optim.warmup_epochs * self.steps_per_epoch))
-        self.agc = (0.01 if self.bcos else None) if optim.agc == "auto" else optim.agc
+        self.agc = (0.01 if self.capabilities.bcos else None) if optim.agc == "auto" else optim.agc
         self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, loader, scheduler)
-        guidance = config.guidance
-        self.objective = GuidanceObjective(guidance.method, guidance.layer, guidance.loss, guidance.dilation,
-                                           "sum", guidance.intgrad_steps) if guidance.enabled else None
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", self.accelerator,
                                              config.checkpoint.keep_last)
-        self.eval_method, self.eval_layer = localization_setting(config, self.bcos)
-        self.pareto = ParetoTracker(objectives=("score", "epg", "iou") if self.eval_method else ("score",))
+        task.setup(self)
+        self.pareto = ParetoTracker(objectives=task.objectives)
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.position = _Position()
         self.bad_steps = 0
 
-    # ------------------------------------------------------------------ hooks for subclasses (e.g. distillation)
-    def build_train_transform(self) -> Any:
-        """The augmentation of training samples (before seeding); subclasses may attach extra targets."""
-        data = self.config.data
-        if data.augment:
-            return train_transform(data.image_size, encoding=self.encoding, scale=tuple(data.crop_scale))
-        return eval_transform(data.image_size, encoding=self.encoding, crop_fraction=1.0)
-
-    def build_datasets(self) -> tuple[Any, Any]:
-        """Training set (seeded augmentation, limited annotations) and validation set (eval transform)."""
-        config, data = self.config, self.config.data
-        self.train_transform = SeededTransform(self.build_train_transform(), config.seed)
-        train_set = load_dataset(data.name, data.root, data.train_split, transform=self.train_transform,
-                                 annotated_fraction=data.annotated_fraction, annotation_seed=config.seed,
-                                 **data.options)
-        val_set = load_dataset(data.name, data.root, data.val_split,
-                               transform=eval_transform(data.image_size, encoding=self.encoding, crop_fraction=1.0),
-                               **data.options)
-        return train_set, val_set
-
-    def build_model(self) -> torch.nn.Module:
-        """The model being trained, with as many classes as the training set."""
-        m = self.config.model
-        return create_model(m.name, pretrained=m.pretrained, checkpoint=m.checkpoint,
-                            num_classes=self.train_set.num_classes, **m.kwargs)
-
-    def _log(self, record: dict[str, Any]) -> None:
-        """Append a record to ``metrics.jsonl`` and its scalars to the trackers (TensorBoard)."""
+    # ------------------------------------------------------------------ logging and state
+    def log(self, record: dict[str, Any]) -> None:
+        """Append a record (``split``, ``step``, ``epoch`` and numbers) to ``metrics.jsonl`` and its scalars to the
+        trackers (TensorBoard)."""
         scalars = {f"{record['split']}/{k}": v for k, v in record.items()
                    if isinstance(v, (int, float)) and k not in ("step", "epoch")}
         self.accelerator.log(scalars, step=record["step"])
@@ -206,8 +247,8 @@ class Trainer:
         """Restore the newest complete checkpoint (or ``checkpoint``); refuse one written with another config."""
         path = Path(checkpoint) if checkpoint else self.checkpoints.latest()
         if path is None:
-            raise FileNotFoundError(f"no complete checkpoint to resume from in {self.checkpoints.root}")
-        saved = json.loads((path / "trainer_state.json").read_text())
+            raise TrainingError(f"no complete checkpoint to resume from in {self.checkpoints.root}")
+        saved = self.checkpoints.read_state(path)
         differing = [d for d in diff_configs(saved["config"], to_dict(self.config)) if not d.startswith("output_dir:")]
         if differing:
             raise TrainingError(f"cannot resume from {path}: it was written with another config; differing keys: "
@@ -218,31 +259,11 @@ class Trainer:
         self.best, self.history = state["best"], state["history"]
 
     # ------------------------------------------------------------------ training
-    def _step_generator(self) -> torch.Generator:
+    def _step(self) -> Step:
         rank = self.accelerator.process_index
-        return torch.Generator().manual_seed(mix_seed(self.config.seed, self.position.step, self.position.batch, rank))
-
-    def compute_losses(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], Tensor]:
-        """Named loss terms (for logging) and the total to back-propagate, from one forward pass.
-
-        Here: classification and localisation (0 without guidance); subclasses (distillation) override this."""
-        images, labels = batch["image"], batch["labels"]
-        if self.objective is None:
-            logits = self.model(images)
-            localization = logits.new_zeros(())
-        else:
-            out = self.objective(self.model, images, labels, batch["boxes"], batch["box_labels"],
-                                 batch["has_boxes"], self._step_generator())
-            logits = out.logits
-            # DDP averages gradients over processes: scale the local sum so that the result is the global sum
-            # (reduction "sum") or the mean over the annotated images of the global batch ("mean_annotated").
-            localization = out.loss * self.accelerator.num_processes
-            if self.config.guidance.reduction == "mean_annotated":
-                localization = localization / self.accelerator.reduce(out.annotated.sum().float(), "sum").clamp(min=1)
-        classification = classification_loss(logits.float(), labels, self.loss_kind,
-                                             self.config.loss.uniform_off_labels)
-        total = classification + self.config.guidance.weight * localization
-        return {"classification": classification, "localization": localization}, total
+        seed = mix_seed(self.config.seed, self.position.step, self.position.batch, rank)
+        return Step(generator=torch.Generator().manual_seed(seed), world_size=self.accelerator.num_processes,
+                    sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"))
 
     def _finite_everywhere(self, loss: Tensor) -> bool:
         flag = torch.tensor(float(torch.isfinite(loss).item()), device=loss.device)
@@ -253,7 +274,7 @@ class Trainer:
         loss terms, or None when a non-finite loss made it skip the step."""
         with self.accelerator.accumulate(self.model):
             with self.accelerator.autocast():
-                terms, loss = self.compute_losses(batch)
+                terms, loss = self.task.losses(self.model, batch, self._step())
             if not self._finite_everywhere(loss):
                 self.bad_steps += 1
                 warnings.warn(f"non-finite loss at epoch {self.position.epoch}, batch {self.position.batch} "
@@ -274,22 +295,20 @@ class Trainer:
             self.optimizer.zero_grad()
         return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}}
 
-    def _save(self, protect: set[str] = frozenset()) -> None:
-        keep = set(protect) | {self.checkpoints.name_for(int(i)) for i in self.pareto.front_ids}
+    def _save(self) -> None:
+        keep = {self.checkpoints.name_for(int(i)) for i in self.pareto.front_ids}
         if self.best:
             keep.add(self.checkpoints.name_for(self.best["step"]))
         self.checkpoints.save(self.position.step, self._state(), keep)
 
+    # ------------------------------------------------------------------ evaluation
     def evaluate(self, dataset: Any = None) -> dict[str, Any]:
-        """Validate the current model on ``dataset`` (default: the validation split) on all processes."""
+        """The task's metrics of the current model on ``dataset`` (default: the validation set), on all processes."""
         dataset = self.val_set if dataset is None else dataset
-        model = self.accelerator.unwrap_model(self.model)
-        results = evaluate_classifier(
-            model, dataset, batch_size=self.config.data.eval_batch_size, device=self.accelerator.device,
-            rank=self.accelerator.process_index, world_size=self.accelerator.num_processes,
-            method=self.eval_method, layer=self.eval_layer,
-            iou_threshold=self.config.eval.iou_threshold,
-            group_names=dataset.group_names)
+        model = unwrap_model(self.model)
+        results = evaluate(model, dataset, self.task.evaluators(dataset), batch_size=self.config.data.eval_batch_size,
+                           device=self.accelerator.device, rank=self.accelerator.process_index,
+                           world_size=self.accelerator.num_processes)
         model.train()
         return results
 
@@ -297,9 +316,8 @@ class Trainer:
         results = self.evaluate()
         record = {"step": self.position.step, "epoch": self.position.epoch, **results}
         self.history.append(record)
-        self._log({"split": "val", **record})
-        point = {"id": self.position.step, **{k: results[k] for k in self.pareto.objectives}}
-        self.pareto.update(point)
+        self.log({"split": "val", **record})
+        self.pareto.update({"id": self.position.step, **{k: results[k] for k in self.pareto.objectives}})
         if not self.best or results["score"] > self.best["score"]:
             self.best = {"step": self.position.step, "score": results["score"]}
         self._write_explanations()
@@ -307,18 +325,21 @@ class Trainer:
     def _write_explanations(self) -> None:
         """Colour explanations of a fixed set of validation images (B-cos models only)."""
         count = min(self.config.eval.num_images, len(self.val_set))
-        if not (self.bcos and count and self.accelerator.is_main_process):
+        if not (self.capabilities.bcos and count and self.accelerator.is_main_process):
             return
-        model = self.accelerator.unwrap_model(self.model).eval()
+        model = unwrap_model(self.model).eval()
         batch = collate([self.val_set[i] for i in range(count)])
         images = batch["image"].to(self.accelerator.device)
         e = explain(model, images, target=batch["labels"].argmax(1).to(images.device))
         folder = self.output_dir / "explanations" / f"step-{self.position.step:06d}"
+        classes = getattr(self.val_set, "classes", None)
         for i in range(count):
+            label = classes[int(e.target[i])] if classes else f"class {int(e.target[i])}"
             save_explanation(folder / f"{i:02d}-{batch['id'][i]}.png", images[i].cpu(), e.weights[i].cpu(),
-                             title=f"class {int(e.target[i])}")
+                             title=label)
         model.train()
 
+    # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
         """Train to the end (or ``max_steps``), validating every ``eval.every_epochs`` epochs; returns the summary."""
         config = self.config
@@ -340,8 +361,8 @@ class Trainer:
                     self.position.step += 1
                     bar.update(1)
                     if self.position.step % config.log_every == 0:
-                        self._log({"split": "train", "step": self.position.step, "epoch": epoch,
-                                   "lr": self.scheduler.get_last_lr()[0], **stats})
+                        self.log({"split": "train", "step": self.position.step, "epoch": epoch,
+                                  "lr": self.scheduler.get_last_lr()[0], **stats})
                     if every and self.position.step % every == 0:
                         self._save()
                 if self.position.step >= self.total_steps:
@@ -356,27 +377,31 @@ class Trainer:
         return self.finish(time.time() - start)
 
     def finish(self, seconds: float) -> dict[str, Any]:
-        """Export the final model (safetensors with its registry arguments) and write ``summary.json``."""
-        model = self.accelerator.unwrap_model(self.model)
+        """Evaluate the task's final datasets, export the final model (safetensors with its registry arguments) and
+        write ``summary.json``."""
         summary = {"steps": self.position.step, "epochs": self.position.epoch, "seconds": round(seconds, 2),
                    "best": self.best, "pareto_front": self.pareto.front, "history": self.history,
                    "config": to_dict(self.config), "provenance": provenance()}
+        for key, dataset in self.task.final_evaluations().items():
+            split = getattr(dataset, "split", key)
+            results = self.evaluate(dataset)
+            self.log({"split": split, "step": self.position.step, "epoch": self.position.epoch, **results})
+            summary[key] = {"split": split, **results}
         if self.accelerator.is_main_process:
-            save_model(model, self.output_dir / "model.safetensors",
+            save_model(unwrap_model(self.model), self.output_dir / "model.safetensors",
                        metadata={"config": json.dumps(to_dict(self.config))})
             write_json_atomic(self.output_dir / "summary.json", summary)
         self.accelerator.end_training()
         return summary
 
 
-def train(config: TrainConfig, resume: bool | str = False, trainer_cls: type[Trainer] = Trainer) -> dict[str, Any]:
-    """Train with ``config`` (a ``trainer_cls``, e.g. the distillation trainer); ``resume=True`` continues from the
-    newest complete checkpoint (or a given path), and a fresh run refuses an output directory holding checkpoints."""
-    trainer = trainer_cls(config)
+def train(task: Task, resume: bool | str = False) -> dict[str, Any]:
+    """Run ``task`` to the end; ``resume=True`` continues from the newest complete checkpoint (or a given path), and
+    a fresh run refuses an output directory holding checkpoints."""
+    trainer = Trainer(task)
     if resume:
         trainer.resume(None if resume is True else resume)
     elif trainer.checkpoints.latest() is not None:
         raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that run "
                             "or choose another output_dir")
     return trainer.fit()
-

@@ -1,125 +1,159 @@
-"""Differentiable attributions for one target class per sample at any layer (thesis §7.1.2, ``SCIENCE.md`` §6).
+"""Differentiable explanations for one target class per sample at any layer: :func:`attribute`, the one entry point.
 
-Methods, for the explained logit ``y = logit[n, target[n]]`` and the attributed feature ``A`` (the input ``x`` or the
-output of a layer, ``[N, C, h, w]``), each summed over channels to a map ``[N, h, w]``:
+The methods and what each returns are declared in :mod:`rightreasons.explain.methods`. For all of them:
 
-* ``bcos``: B-cos contributions ``Σ_c (∂y/∂A ⊙ A)`` with the gradient taken in
-  :func:`~rightreasons.bcos.dynamic.explanation_mode`, i.e. ``W(x) ⊙ x`` at the input and the contribution of the
-  layer's activation at a deeper layer. Needs a B-cos model.
-* ``ixg``: Input×Gradient ``Σ_c (∂y/∂A ⊙ A)`` with the ordinary gradient.
-* ``gradcam``: ``ReLU(Σ_c mean_hw(∂y/∂A)_c · A_c)``.
-* ``intgrad``: Integrated Gradients with a zero baseline *at the attributed layer*,
-  ``Σ_c A ⊙ ∫_0^1 ∂y/∂A(αA) dα``. For an X-DNN (a bias-free ReLU network, see :func:`is_xdnn`) the
-  gradient is constant along the path, so IntGrad equals Input×Gradient and is exact in one pass. Other models get the
-  right Riemann sum ``(1/steps) Σ_{k=1..steps} ∂y/∂A(k/steps · A)`` (Captum's ``riemann_right``): ``steps − 1`` extra
-  forward and backward passes, expensive, and only in eval mode (in train mode they would update BatchNorm statistics).
+* The layer's output is captured by a forward hook in the one forward pass that also produces the logits: the model
+  runs exactly as in a normal training step (BatchNorm statistics included) and the logits can feed the
+  classification loss.
+* All target logits are summed and differentiated once, so a batch costs one backward pass. Samples interact only
+  through batch statistics: in train mode, for methods other than the B-cos ones, BatchNorm makes the batched
+  gradient hold cross-sample terms (as in the Model-Guidance code); ``bcos`` / ``bcos_weights`` hold the statistics
+  constant (explanation mode), so B-cos explanations are exactly per-sample.
+* ``intgrad``: for an X-DNN (``capabilities(model).xdnn``: bias-free and positively homogeneous) the gradient is
+  constant along the path, so IntGrad equals Input×Gradient and is exact in one pass. Other models get the right
+  Riemann sum ``(1/steps) Σ_{k=1..steps} ∂y/∂A(k/steps · A)`` (Captum's ``riemann_right``): ``steps − 1`` extra
+  forward and backward passes, only in eval mode (in train mode they would update BatchNorm statistics).
+* Maps below input resolution are upsampled bilinearly (``align_corners=False``). With ``create_graph=True`` everything
+  stays differentiable: a loss on the maps back-propagates (after :func:`attribute` returns) into every parameter —
+  for the B-cos methods with exact second-order gradients.
 
-The layer's output is captured by a forward hook in the one forward pass that also produces the logits: the model
-runs exactly as in a normal training step (BatchNorm statistics included) and the logits can feed the classification
-loss. All target logits are summed and differentiated once, so a batch costs one backward pass. Samples interact only
-through batch statistics: in train mode, for methods other than ``bcos``, BatchNorm makes the batched gradient hold
-cross-sample terms (as in the Model-Guidance code); ``bcos`` holds the statistics constant (explanation mode), so B-cos
-attributions are exactly per-sample.
-
-Maps below input resolution are upsampled bilinearly (``align_corners=False``) to ``[N, H, W]``. With
-``create_graph=True`` everything stays differentiable: a loss on the maps back-propagates (outside this function,
-after it returns) into every parameter — for ``bcos`` with exact second-order gradients.
+Wrapped models (DDP, ``DataParallel``, ``torch.compile``) are explained like the bare model; the forward pass runs
+through the wrapper.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..bcos.dynamic import DynamicLinear, explanation_mode
-from .explanation import resolve_target
-from .layers import resolve_layer
+from ..bcos.dynamic import explanation_mode
+from ..errors import UsageError
+from ..hub.capabilities import capabilities, unwrap_model
+from .layers import capture_outputs, resolve_layer
+from .methods import Method, get_method
 
-__all__ = ["METHODS", "Attribution", "attribute", "compute_attribution", "is_xdnn", "upsample"]
-
-Method = Literal["bcos", "ixg", "gradcam", "intgrad"]
-METHODS: tuple[str, ...] = ("bcos", "ixg", "gradcam", "intgrad")
+__all__ = ["Attribution", "attribute", "explain", "resolve_target", "upsample"]
 
 
 @dataclass
 class Attribution:
-    """What :func:`compute_attribution` returns (detached unless ``create_graph=True``).
+    """What :func:`attribute` returns (detached unless ``create_graph=True``).
 
     Attributes:
+        method: the method's name.
         logits: ``[N, K]`` the outputs of the (single) ordinary forward pass.
         target: ``[N]`` the explained class per sample.
-        maps: ``[N, H, W]`` attributions at input resolution.
-        raw: ``[N, h, w]`` attributions at the layer's resolution (``maps`` itself for the input layer).
+        maps: ``[N, H, W]`` the attribution map at input resolution (for the B-cos methods: the contributions
+            ``Σ_c W ⊙ x`` at the input, which for a bias-free B-cos CNN sum to ``logit − logit_bias``).
+        raw: ``[N, h, w]`` the map at the layer's resolution (``maps`` itself at the input).
+        weights: ``[N, C_in, H, W]`` the gradient of the target logit with respect to the input — ``W(x)`` for the
+            B-cos methods — or ``None`` when a deeper layer was attributed.
     """
 
+    method: str
     logits: Tensor
     target: Tensor
     maps: Tensor
     raw: Tensor
+    weights: Tensor | None
+
+    @property
+    def explanation(self) -> Tensor:
+        """What the method returns (:mod:`~rightreasons.explain.methods`), as e²KD compares it: the weights
+        ``[N, C_in, H, W]`` for ``bcos_weights``, the map as ``[N, 1, H, W]`` for every other method."""
+        if get_method(self.method).output == "weights":
+            return self.weights
+        return self.maps[:, None]
 
 
-def is_xdnn(model: nn.Module) -> bool:
-    """Whether ``model`` is an X-DNN (bias-free and positively homogeneous, so that IntGrad with a zero baseline
-    equals Input×Gradient): its ``is_xdnn`` attribute when it has one, else whether it was built from the registry
-    under an ``xdnn_*`` name (``model.model_args["name"]``, see :func:`rightreasons.create_model`)."""
-    flag = getattr(model, "is_xdnn", None)
-    if flag is not None:
-        return bool(flag)
-    return str(getattr(model, "model_args", {}).get("name", "")).startswith("xdnn_")
+def resolve_target(target: int | Tensor | None, logits: Tensor) -> Tensor:
+    """Per-sample target classes ``[N]``: the argmax when ``None``, an int broadcast, or a tensor checked for shape
+    and range."""
+    n, k = logits.shape
+    if target is None:
+        return logits.detach().argmax(1)
+    t = torch.as_tensor(target, device=logits.device)
+    if t.is_floating_point() or t.is_complex():
+        raise TypeError(f"target must hold integer class indices, got dtype {t.dtype}")
+    t = t.long()
+    if t.dim() == 0:
+        t = t.expand(n)
+    if t.shape != (n,):
+        raise UsageError(f"target must be an int or a tensor of shape [N] = [{n}], got shape {tuple(t.shape)}")
+    if ((t < 0) | (t >= k)).any():
+        raise UsageError(f"target classes must lie in [0, {k - 1}] for logits of shape [{n}, {k}], "
+                         f"got values {t.tolist()}")
+    return t
 
 
-def compute_attribution(model: nn.Module, x: Tensor, target: int | Tensor | None, method: Method,
-                        layer: str = "input", *, create_graph: bool = False, steps: int = 50) -> Attribution:
-    """Attribute ``model``'s logits for ``target`` on ``x [N, C, H, W]`` at ``layer`` with ``method``.
+def _check(model: nn.Module, method: Method, layer: str, steps: int) -> bool:
+    """Refuse a method the model or layer cannot have; returns whether IntGrad needs the Riemann sum."""
+    caps = capabilities(model)
+    if method.explaining and not caps.bcos:
+        raise UsageError(f"method {method.name!r} needs a B-cos model (with dynamic-linear layers); {caps.name} has "
+                         "none — use 'ixg', 'gradcam' or 'intgrad'")
+    if method.input_only and layer.lower() != "input":
+        raise UsageError(f"method {method.name!r} is defined at the input only, got layer={layer!r}")
+    riemann = method.name == "intgrad" and not caps.xdnn
+    if riemann:
+        if not isinstance(steps, int) or steps < 1:
+            raise UsageError(f"steps must be a positive int, got {steps!r}")
+        if steps > 1 and unwrap_model(model).training:
+            raise UsageError("intgrad on a model that is not an X-DNN runs `steps` extra forward passes, which in "
+                             "train mode would update BatchNorm statistics; call model.eval() first, or use an X-DNN "
+                             "(model.is_xdnn = True) for exact one-pass IntGrad")
+    return riemann
+
+
+def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: str = "bcos", layer: str = "input",
+              *, create_graph: bool = False, steps: int = 50) -> Attribution:
+    """Explain ``model``'s logits for ``target`` on ``x [N, C, H, W]`` at ``layer`` with ``method``.
 
     Args:
-        model: a classifier returning logits ``[N, K]``.
-        x: the input batch.
+        model: a classifier returning logits ``[N, K]`` (possibly wrapped in DDP, DataParallel or torch.compile).
+        x: the input batch, encoded for the model.
         target: one class per sample (``[N]``), an int for all, or ``None`` for the predicted classes.
-        method: one of :data:`METHODS` (see the module docstring).
+        method: a name of :data:`~rightreasons.explain.methods.METHODS`.
         layer: ``"input"``, ``"mid1"``–``"mid3"``, ``"final"`` or a module path
-            (see :func:`~rightreasons.explain.layers.resolve_layer`); the module must output ``[N, C, h, w]``.
-        create_graph: keep logits and maps differentiable (for guidance losses); otherwise all are detached.
+            (:func:`~rightreasons.explain.layers.resolve_layer`); the module must output ``[N, C, h, w]``.
+        create_graph: keep logits and maps differentiable (for guidance and e²KD losses); otherwise all is detached.
         steps: Riemann steps of ``intgrad`` on models that are not X-DNNs (ignored otherwise).
-
-    Returns:
-        :class:`Attribution` with the logits of the forward pass, so a training step needs no second forward.
     """
-    _check_method(model, method)
-    riemann = method == "intgrad" and not is_xdnn(model)
-    if riemann:
-        _check_riemann(model, steps)
+    spec = get_method(method)
+    riemann = _check(model, spec, layer, steps)
     module = resolve_layer(model, layer)
     with torch.enable_grad():  # also inside an evaluation loop's no_grad block
         if module is None and not x.requires_grad:
             x = x.detach().requires_grad_(True)
-        with _capture_output(module, layer) as captured:
+        with capture_outputs(model, [] if module is None else [layer], differentiable=True) as captured:
             logits = model(x)
         if logits.dim() != 2:
             raise ValueError(f"attribution expects the model to return logits [N, K], got {tuple(logits.shape)}")
-        feature = x if module is None else captured[0]
+        feature = x if module is None else _single_output(captured[0], layer)
         target = resolve_target(target, logits)
-        grad = _target_gradient(model, logits, target, feature, method == "bcos", create_graph)
+        grad = _target_gradient(model, logits, target, feature, spec.explaining, create_graph)
         if riemann and steps > 1:
             grad = _riemann_mean_gradient(model, x, module, feature, target, grad, steps, create_graph)
-        raw = _combine(method, feature, grad)
+        raw = _combine(spec.name, feature, grad)
         maps = upsample(raw, x.shape[-2:])
+    weights = grad if module is None else None
     if not create_graph:
         logits, raw, maps = logits.detach(), raw.detach(), maps.detach()
-    return Attribution(logits=logits, target=target, maps=maps, raw=raw)
+        weights = None if weights is None else weights.detach()
+    return Attribution(method=spec.name, logits=logits, target=target, maps=maps, raw=raw, weights=weights)
 
 
-def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: Method, layer: str = "input", *,
-              create_graph: bool = False, steps: int = 50, return_raw: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-    """Attribution maps ``[N, H, W]`` at input resolution (and the layer-resolution maps ``[N, h, w]`` with
-    ``return_raw=True``); see :func:`compute_attribution`, which also returns the logits for a training step."""
-    result = compute_attribution(model, x, target, method, layer, create_graph=create_graph, steps=steps)
-    return (result.maps, result.raw) if return_raw else result.maps
+def explain(model: nn.Module, x: Tensor, target: int | Tensor | None = None, *,
+            create_graph: bool = False) -> Attribution:
+    """The B-cos explanation of a batch: ``W(x)`` (``.weights [N, C, H, W]``) and the contributions ``Σ_c W ⊙ x``
+    (``.maps [N, H, W]``) for ``target`` (default: the predicted class), from one forward and one backward pass;
+    :func:`attribute` with ``method="bcos_weights"``."""
+    return attribute(model, x, target, "bcos_weights", create_graph=create_graph)
 
 
 def upsample(maps: Tensor, size: tuple[int, int] | torch.Size) -> Tensor:
@@ -129,52 +163,20 @@ def upsample(maps: Tensor, size: tuple[int, int] | torch.Size) -> Tensor:
     return F.interpolate(maps[:, None], size=tuple(size), mode="bilinear", align_corners=False)[:, 0]
 
 
-def _check_method(model: nn.Module, method: str) -> None:
-    if method not in METHODS:
-        raise ValueError(f"unknown attribution method {method!r}; valid methods: {list(METHODS)}")
-    if method == "bcos" and not any(isinstance(m, DynamicLinear) for m in model.modules()):
-        raise ValueError(f"method 'bcos' needs a B-cos model (with dynamic-linear layers); {type(model).__name__} has "
-                         "none — use 'ixg', 'gradcam' or 'intgrad'")
-
-
-def _check_riemann(model: nn.Module, steps: int) -> None:
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
-    if steps > 1 and model.training:
-        raise ValueError("intgrad on a model that is not an X-DNN runs `steps` extra forward passes, which in train "
-                         "mode would update BatchNorm statistics; call model.eval() first, or use an X-DNN "
-                         "(model.is_xdnn = True) for exact one-pass IntGrad")
-
-
-@contextmanager
-def _capture_output(module: nn.Module | None, layer: str) -> Iterator[list[Tensor]]:
-    """Collect the output of ``module`` during the forward pass run inside the block (nothing for ``None``)."""
-    captured: list[Tensor] = []
-    if module is None:
-        yield captured
-        return
-
-    def hook(_module: nn.Module, _inputs: tuple, output: Tensor) -> None:
-        if not isinstance(output, Tensor) or output.dim() != 4:
-            shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
-            raise ValueError(f"layer {layer!r} must output a tensor [N, C, h, w] to be attributed, got {shape}")
-        if not output.requires_grad:  # a frozen model on a plain input: make the activation the graph's leaf
-            output.requires_grad_(True)
-        captured.append(output)
-
-    handle = module.register_forward_hook(hook)
-    try:
-        yield captured
-    finally:
-        handle.remove()
-    if len(captured) != 1:
-        raise ValueError(f"layer {layer!r} ran {len(captured)} times in one forward pass; attribute at a module that "
+def _single_output(outputs: list[Tensor], layer: str) -> Tensor:
+    if len(outputs) != 1:
+        raise UsageError(f"layer {layer!r} ran {len(outputs)} times in one forward pass; attribute at a module that "
                          "runs exactly once")
+    output = outputs[0]
+    if not isinstance(output, Tensor) or output.dim() != 4:
+        shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
+        raise UsageError(f"layer {layer!r} must output a tensor [N, C, h, w] to be attributed, got {shape}")
+    return output
 
 
 def _target_gradient(model: nn.Module, logits: Tensor, target: Tensor, feature: Tensor, explaining: bool,
                      create_graph: bool) -> Tensor:
-    """``∂(Σ_n logits[n, target[n]]) / ∂feature`` in one backward, in explanation mode for ``bcos``."""
+    """``∂(Σ_n logits[n, target[n]]) / ∂feature`` in one backward, in explanation mode for the B-cos methods."""
     selected = logits.gather(1, target[:, None]).sum()
     with explanation_mode(model) if explaining else nullcontext():
         (grad,) = torch.autograd.grad(selected, feature, create_graph=create_graph)

@@ -1,65 +1,76 @@
-"""Where to attribute: the guidance layer names ``input``, ``mid1``–``mid3``, ``final`` and arbitrary module paths.
+"""Where to explain: layer names → modules, and the one forward-hook helper that captures their outputs.
 
-Model guidance (thesis ch. 7) attributes at the input, after stages 1–3 (``mid1``–``mid3``) and at the output of the
-last convolutional stage (``final``). A model names its stages with a ``stage_names`` property mapping these names to
-module paths (every :class:`~rightreasons.bcos.models.resnet.BcosResNet` has one). Plain torchvision models have none,
-so their families get this mapping (``mid1``, ``mid2``, ``mid3``, ``final``):
+A layer is ``"input"``, a guidance stage name (``mid1``–``mid3`` after stages 1–3, ``final`` the output of the last
+stage; where each model's stages are is one of its capabilities, :func:`rightreasons.hub.capabilities`) or any module
+path of ``model.named_modules()`` (e.g. ``"layer3.1"``). Stage names are case-insensitive, so the Model-Guidance
+spellings ``"Mid2"`` / ``"Final"`` work.
 
-* torchvision ``ResNet``: ``layer1``, ``layer2``, ``layer3``, ``layer4``;
-* torchvision ``DenseNet``: ``features.denseblock1``–``features.denseblock3`` (before their transitions),
-  ``features.norm5``;
-* torchvision ``ConvNeXt``: ``features.1``, ``features.3``, ``features.5``, ``features.7`` (the four stages).
-
-Any other layer is addressed by its module path as in ``model.named_modules()`` (e.g. ``"layer3.1"``).
+Every function here accepts a wrapped model (``DistributedDataParallel``, ``DataParallel``, ``torch.compile``): names
+are resolved on the inner model (:func:`rightreasons.hub.unwrap_model`) and hooks are registered there, while the
+forward pass still runs through the wrapper (so DDP synchronises gradients as usual).
 """
 
 from __future__ import annotations
 
-from torch import nn
-from torchvision.models import ConvNeXt, DenseNet, ResNet
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-__all__ = ["GUIDANCE_LAYERS", "resolve_layer", "stage_names"]
+from torch import Tensor, nn
 
-GUIDANCE_LAYERS = ("input", "mid1", "mid2", "mid3", "final")
+from ..errors import UsageError
+from ..hub.capabilities import GUIDANCE_LAYERS, capabilities, unwrap_model
 
-_TORCHVISION_STAGES: tuple[tuple[type[nn.Module], dict[str, str]], ...] = (
-    (ResNet, {"mid1": "layer1", "mid2": "layer2", "mid3": "layer3", "final": "layer4"}),
-    (DenseNet, {"mid1": "features.denseblock1", "mid2": "features.denseblock2", "mid3": "features.denseblock3",
-                "final": "features.norm5"}),
-    (ConvNeXt, {"mid1": "features.1", "mid2": "features.3", "mid3": "features.5", "final": "features.7"}),
-)
-
-
-def stage_names(model: nn.Module) -> dict[str, str]:
-    """The model's guidance stage names → module paths: its ``stage_names``, else the torchvision family mapping,
-    else ``{}`` (only ``input`` and module paths are then available)."""
-    names = getattr(model, "stage_names", None)
-    if names is not None:
-        return dict(names)
-    for family, mapping in _TORCHVISION_STAGES:
-        if isinstance(model, family):
-            return dict(mapping)
-    return {}
+__all__ = ["GUIDANCE_LAYERS", "capture_outputs", "resolve_layer"]
 
 
 def resolve_layer(model: nn.Module, layer: str) -> nn.Module | None:
-    """The module whose output is attributed, or ``None`` for the input.
+    """The module whose output ``layer`` names, or ``None`` for ``"input"``.
 
-    ``layer`` is ``"input"``, a stage name (``mid1``–``mid3``, ``final``; case-insensitive, so the Model-Guidance
-    spellings ``"Mid2"``/``"Final"`` work) or a module path. Raises ``ValueError`` listing the valid names otherwise.
+    Raises:
+        UsageError: an unknown name; the message lists the model's stage names and top-level modules.
     """
     if not isinstance(layer, str):
         raise TypeError(f"layer must be a string (a guidance layer name or a module path), got {type(layer).__name__}")
     if layer.lower() == "input":
         return None
-    while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        model = model.module  # hooks on the wrapped model fire inside the wrapper's forward
-    stages = stage_names(model)
+    inner = unwrap_model(model)
+    stages = capabilities(inner).stages
     path = stages.get(layer.lower(), layer)
     try:
-        return model.get_submodule(path)
+        return inner.get_submodule(path)
     except AttributeError:
-        valid = ["input", *stages]
-        children = [name for name, _ in model.named_children()]
-        raise ValueError(f"unknown layer {layer!r} for {type(model).__name__}: expected one of {valid} or a module "
-                         f"path from model.named_modules() (top-level modules: {children})") from None
+        children = [name for name, _ in inner.named_children()]
+        raise UsageError(f"unknown layer {layer!r} for {type(inner).__name__}: expected one of "
+                         f"{['input', *stages]} or a module path from model.named_modules() (top-level modules: "
+                         f"{children})") from None
+
+
+def _recorder(store: list[Tensor], differentiable: bool):
+    def hook(_module: nn.Module, _inputs: tuple, output: Tensor) -> None:
+        if differentiable and isinstance(output, Tensor) and not output.requires_grad:
+            output.requires_grad_(True)  # a frozen model on a plain input: the output becomes the graph's leaf
+        store.append(output)
+    return hook
+
+
+@contextmanager
+def capture_outputs(model: nn.Module, layers: Sequence[str], *,
+                    differentiable: bool = False) -> Iterator[list[list[Tensor]]]:
+    """Record the outputs of ``layers`` in the forward passes run inside the block.
+
+    Yields one list per layer (in the order of ``layers``) that fills with that layer's outputs as they are
+    computed; ``"input"`` is not a module and is refused. With ``differentiable=True`` an output that does not
+    require gradients (a frozen model on a plain input) is made to, before the rest of the forward pass uses it, so
+    that gradients with respect to it can be taken. The hooks are removed on leaving the block.
+    """
+    modules = [resolve_layer(model, layer) for layer in layers]
+    if any(m is None for m in modules):
+        raise UsageError("capture_outputs: 'input' is not a layer output; use the input tensor itself")
+    captured: list[list[Tensor]] = [[] for _ in layers]
+    handles = [module.register_forward_hook(_recorder(store, differentiable))
+               for module, store in zip(modules, captured)]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()

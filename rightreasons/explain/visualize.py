@@ -1,4 +1,4 @@
-"""Colour explanations of B-cos models (B-cos v2 ``gradient_to_image``, ``SCIENCE.md`` §4) and figures."""
+"""Colour explanations of B-cos models (the B-cos v2 release's colour decoding of ``W(x)``) and figures."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..plotting import figure
 
 __all__ = ["contribution_limits", "save_explanation", "to_rgba"]
 
@@ -47,28 +49,16 @@ def contribution_limits(contributions: Tensor, percentile: float = 99.5) -> floa
 
 def save_explanation(path: str | Path, image6: Tensor, weights: Tensor, title: str | None = None) -> Path:
     """Save a figure with the input, the colour explanation and the contribution map side by side (PNG, PDF, ...)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     rgba = to_rgba(image6, weights).numpy()
     contributions = (image6 * weights).sum(0).detach().float().cpu()
     limit = contribution_limits(contributions)
-    fig, axes = plt.subplots(1, 3, figsize=(9, 3.2))
-    axes[0].imshow(image6[:3].detach().float().cpu().permute(1, 2, 0).clamp(0, 1).numpy())
-    axes[0].set_title("input")
-    axes[1].imshow(rgba)
-    axes[1].set_title("explanation W(x)")
-    axes[2].imshow(contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
-    axes[2].set_title("contributions")
-    for ax in axes:
-        ax.set_axis_off()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    with figure(path, 1, 3, size=(9, 3.2), title=title) as (_, axes):
+        axes[0, 0].imshow(image6[:3].detach().float().cpu().permute(1, 2, 0).clamp(0, 1).numpy())
+        axes[0, 0].set_title("input")
+        axes[0, 1].imshow(rgba)
+        axes[0, 1].set_title("explanation W(x)")
+        axes[0, 2].imshow(contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
+        axes[0, 2].set_title("contributions")
+        for ax in axes.flat:
+            ax.set_axis_off()
+    return Path(path)

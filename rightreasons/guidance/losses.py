@@ -1,11 +1,11 @@
-"""Localisation losses of model guidance: Energy, L1, PPCE, RRR* (thesis §7.1.4, eqs. 7.3–7.6; ``SCIENCE.md`` §6).
+"""Localisation losses of model guidance: Energy, L1, PPCE, RRR* (thesis §7.1.4, eqs. 7.3–7.6).
 
 Every loss takes attribution maps ``[N, H, W]`` (one class per sample, at input resolution, signed as an attribution
 method returns them) and binary masks ``[N, H, W]`` (the union of that class's boxes) and owns its preprocessing:
 
 * ``A⁺ = max(A, 0)``, ``Â⁺ = A⁺ / max A⁺`` (0 where ``max A⁺ = 0``), ``Â = A / max|A|`` (0 where ``max|A| = 0``);
-* ``energy``: ``1 − Σ M·A⁺ / Σ A⁺`` (= 1 − EPG; when ``Σ A⁺ < 1e-7`` it falls back to ``1 − Σ M·A⁺`` as the
-  Model-Guidance code does);
+* ``energy``: ``1 − Σ M·A⁺ / Σ A⁺``, exactly ``1 − EPG``: both are computed by one kernel,
+  :func:`rightreasons.metrics.energy_ratio`, which also defines the case ``Σ A⁺ ≈ 0``;
 * ``l1``: ``(1/HW) Σ |M − Â⁺|``;
 * ``ppce``: ``−(1/‖M‖₁) Σ M · log Â⁺`` with ``log`` floored at −100 and its derivative ``1/Â⁺`` capped at 1e12
   (both as ``torch.nn.BCELoss``, which the Model-Guidance code uses; without the cap a denormal Â⁺ overflows
@@ -29,12 +29,14 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
-__all__ = ["LOSSES", "energy_loss", "get_loss", "l1_loss", "normalized", "normalized_positive", "ppce_loss",
+from ..metrics.localization import energy_ratio
+
+__all__ = ["LOSSES", "GuidanceReduction", "LossName", "energy_loss", "get_loss", "l1_loss", "normalized",
+           "normalized_positive", "ppce_loss",
            "reduce_loss", "rrr_loss"]
 
-Reduction = Literal["mean_annotated", "sum", "none"]
 REDUCTIONS = ("mean_annotated", "sum", "none")
-ENERGY_EPS = 1e-7
+Reduction = Literal[REDUCTIONS]  # type: ignore[valid-type]
 LOG_FLOOR = -100.0
 #: smallest denominator of the derivative of PPCE's log (``torch.nn.BCELoss``'s epsilon)
 LOG_GRAD_EPS = 1e-12
@@ -92,12 +94,9 @@ def reduce_loss(per_sample: Tensor, masks: Tensor, reduction: Reduction = "mean_
 
 def energy_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
                 annotated: Tensor | None = None) -> Tensor:
-    """Energy loss ``1 − EPG = 1 − Σ M·A⁺ / Σ A⁺`` (eq. 7.6), falling back to ``1 − Σ M·A⁺`` when ``Σ A⁺ < 1e-7``."""
+    """Energy loss ``1 − EPG = 1 − Σ M·A⁺ / Σ A⁺`` (eq. 7.6; :func:`~rightreasons.metrics.energy_ratio`)."""
     mask = _check(attributions, masks, "energy_loss")
-    positive = attributions.clamp(min=0)
-    inside, total = _pixel_sum(mask * positive), _pixel_sum(positive)
-    denominator = torch.where(total < ENERGY_EPS, torch.ones_like(total), total)
-    return reduce_loss(1 - inside / denominator, masks, reduction, annotated)
+    return reduce_loss(1 - energy_ratio(attributions, mask), masks, reduction, annotated)
 
 
 def l1_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
@@ -143,6 +142,11 @@ def rrr_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_a
 
 LossFn = Callable[..., Tensor]
 LOSSES: dict[str, LossFn] = {"energy": energy_loss, "l1": l1_loss, "ppce": ppce_loss, "rrr": rrr_loss}
+"""Every localisation loss, by the name configs use."""
+LossName = Literal[tuple(LOSSES)]  # type: ignore[valid-type]
+"""The type of a config field naming a localisation loss."""
+GuidanceReduction = Literal[tuple(r for r in REDUCTIONS if r != "none")]  # type: ignore[valid-type]
+"""The reductions a training step can use (a scalar loss)."""
 
 
 def get_loss(name: str) -> LossFn:

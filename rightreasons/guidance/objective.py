@@ -14,7 +14,9 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..explain.attribution import METHODS, compute_attribution
+from ..boxes import class_masks, dilate_boxes
+from ..errors import DataError, UsageError
+from ..explain import MAP_METHOD_NAMES, attribute
 from .losses import REDUCTIONS, LossFn, get_loss
 
 __all__ = ["GuidanceObjective", "GuidanceOutput", "sample_classes"]
@@ -60,7 +62,7 @@ class GuidanceObjective:
     """The localisation term of a guidance step.
 
     Args:
-        method: attribution method (:data:`~rightreasons.explain.attribution.METHODS`).
+        method: a map method of :mod:`rightreasons.explain.methods` (``bcos``, ``ixg``, ``gradcam``, ``intgrad``).
         layer: ``"input"``, ``"mid1"``–``"mid3"``, ``"final"`` or a module path.
         loss: localisation loss name (``"energy"``, ``"l1"``, ``"ppce"``, ``"rrr"``).
         dilation: grow every box by this fraction of its width/height (0.1 = 10 %) before building masks.
@@ -76,8 +78,9 @@ class GuidanceObjective:
     steps: int = 50
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"unknown attribution method {self.method!r}; valid methods: {list(METHODS)}")
+        if self.method not in MAP_METHOD_NAMES:
+            raise UsageError(f"guidance needs an attribution map; method {self.method!r} is not one of "
+                             f"{list(MAP_METHOD_NAMES)}")
         if self.reduction not in REDUCTIONS:
             raise ValueError(f"unknown reduction {self.reduction!r}; valid reductions: {list(REDUCTIONS)}")
         if not self.dilation >= 0:
@@ -112,7 +115,8 @@ class GuidanceObjective:
         has_boxes = has_boxes.to(images.device)
         unlabelled = has_boxes & ~(labels > 0.5).any(1).to(images.device)
         if unlabelled.any():
-            raise ValueError(f"images {unlabelled.nonzero()[:, 0].tolist()} have boxes but no positive label")
+            raise DataError(f"images {unlabelled.nonzero()[:, 0].tolist()} of the batch have boxes but no positive "
+                            "label")
         classes = sample_classes(labels, generator).to(images.device)
         size = tuple(images.shape[-2:])
         if not has_boxes.any():
@@ -120,8 +124,8 @@ class GuidanceObjective:
             empty = torch.zeros(n, *size, dtype=torch.bool, device=images.device)
             return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,
                                   classes=classes, masks=empty, annotated=has_boxes, attributions=None)
-        result = compute_attribution(model, images, classes, self.method, self.layer, create_graph=create_graph,
-                                     steps=self.steps)
+        result = attribute(model, images, classes, self.method, self.layer, create_graph=create_graph,
+                           steps=self.steps)
         masks = self.masks(boxes, box_labels, classes, has_boxes, size)
         annotated = has_boxes & masks.flatten(1).any(1)
         loss = self.loss_fn(result.maps, masks, self.reduction, annotated)
@@ -132,13 +136,11 @@ class GuidanceObjective:
               size: tuple[int, int]) -> Tensor:
         """``[N, H, W]`` bool: per image the union of its (dilated) boxes of ``classes[n]``, empty without boxes.
 
-        Boxes are XYXY in pixels of the ``size = (H, W)`` images (see :mod:`rightreasons.data.boxes` for the
-        pixel-centre rule and the dilation convention of the Model-Guidance release)."""
-        from ..data.boxes import class_masks, dilate_boxes
-
+        Boxes are XYXY in pixels of the ``size = (H, W)`` images (see :mod:`rightreasons.boxes` for the pixel rule
+        and the dilation convention of the Model-Guidance release)."""
         keep = has_boxes.tolist()
         used = [b if k else b[:0] for b, k in zip(boxes, keep)]
         labels = [torch.as_tensor(lab) if k else torch.as_tensor(lab)[:0] for lab, k in zip(box_labels, keep)]
         if self.dilation:
             used = [dilate_boxes(b, self.dilation, size) for b in used]
-        return class_masks(used, labels, classes, size, canvas_size=size).to(classes.device)
+        return class_masks(used, labels, classes, size, canvas=size).to(classes.device)

@@ -1,5 +1,5 @@
-"""Teacher–student fidelity metrics for distillation (SCIENCE.md §7): top-1 agreement (overall and per group) and
-the cosine similarity of teacher and student explanations.
+"""Teacher–student fidelity metrics for distillation: top-1 agreement (overall and per group) and the cosine
+similarity of student and teacher explanations. Every function takes the student first, the teacher second.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ def top1_agreement(student: Tensor, teacher: Tensor) -> Tensor:
     return s == t
 
 
-def explanation_similarity(teacher: Tensor, student: Tensor) -> Tensor:
-    """Cosine similarity ``[N]`` of teacher and student explanations ``[N, ...]``, each flattened per sample.
+def explanation_similarity(student: Tensor, teacher: Tensor) -> Tensor:
+    """Cosine similarity ``[N]`` of student and teacher explanations ``[N, ...]``, each flattened per sample.
 
     Finite for all-zero maps: the norm product is clamped at 1e-8, so a zero map has similarity 0.
     """
     if teacher.shape != student.shape or teacher.dim() < 2:
-        raise ValueError(f"explanation_similarity: teacher and student explanations must share a shape [N, ...], "
-                         f"got {tuple(teacher.shape)} and {tuple(student.shape)}")
-    return F.cosine_similarity(teacher.flatten(1), student.flatten(1), dim=1, eps=1e-8)
+        raise ValueError(f"explanation_similarity: student and teacher explanations must share a shape [N, ...], "
+                         f"got {tuple(student.shape)} and {tuple(teacher.shape)}")
+    return F.cosine_similarity(student.flatten(1), teacher.flatten(1), dim=1, eps=1e-8)
 
 
 class Agreement(GroupedRate):
@@ -50,8 +50,8 @@ class Agreement(GroupedRate):
 
 
 class ExplanationSimilarity(PerSampleMean):
-    """Mean :func:`explanation_similarity` over all samples passed to ``update(teacher, student)``."""
+    """Mean :func:`explanation_similarity` over all samples passed to ``update(student, teacher)``."""
 
-    def score(self, teacher: Tensor, student: Tensor) -> Tensor:
-        return explanation_similarity(teacher, student)
+    def score(self, student: Tensor, teacher: Tensor) -> Tensor:
+        return explanation_similarity(student, teacher)
 

@@ -2,8 +2,8 @@
 
 An :data:`AttributionFn` is ``fn(model, x [N, C, H, W], target [N]) -> [N, H, W]``: one map per sample for that
 sample's target class, at the input's spatial resolution. :func:`attribution_fn` builds one from
-``rightreasons.explain.attribution.attribute``; any other function with that signature (Captum, a resizing wrapper
-for a ViT, a fixed map in a test) works as well.
+:func:`rightreasons.explain.attribute`; any other function with that signature (Captum, a resizing wrapper for a ViT,
+a fixed map in a test) works as well.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..explain import attribute
+
 __all__ = ["AttributionFn", "attribution_fn", "run_attribution"]
 
 AttributionFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
 
 def attribution_fn(method: str = "bcos", layer: str = "input", **options: Any) -> AttributionFn:
-    """An :data:`AttributionFn` calling ``attribute(model, x, target, method, layer, **options)`` of
-    :mod:`rightreasons.explain.attribution` (imported on first call); ``options`` e.g. ``steps`` for ``intgrad``."""
+    """An :data:`AttributionFn` returning the maps of ``attribute(model, x, target, method, layer, **options)``
+    (:func:`rightreasons.explain.attribute`); ``options`` e.g. ``steps`` for ``intgrad``."""
 
     def fn(model: nn.Module, x: Tensor, target: Tensor) -> Tensor:
-        from ..explain.attribution import attribute
-
-        return attribute(model, x, target, method, layer, **options)
+        return attribute(model, x, target, method, layer, **options).maps
 
     fn.__name__ = f"attribution_fn_{method}_{layer}"
     return fn

@@ -1,8 +1,9 @@
-"""Localisation evaluation over *every* ground-truth class of every image (SCIENCE.md §6).
+"""Localisation evaluation over *every* ground-truth class of every image.
 
 Training guides one sampled class per image; evaluation scores all of them: each (image, class) pair with
 ``labels[i, k] = 1`` gets its own attribution map for class ``k`` and its own mask ``M_k`` = union of the image's
-boxes of class ``k``. :func:`localization_pairs` yields these pairs in batches (one attribution call per batch,
+boxes of class ``k``, rasterised by :func:`rightreasons.boxes.boxes_to_masks` — the same pixels the guidance loss
+trains on. :func:`localization_pairs` yields these pairs in batches (one attribution call per batch,
 one target class per row); :func:`evaluate_localization` feeds them to metrics such as
 :class:`~rightreasons.metrics.EnergyPointingGame` and :class:`~rightreasons.metrics.IoU`.
 """
@@ -16,28 +17,10 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
+from ..boxes import boxes_to_masks
 from .attribution_fn import AttributionFn, run_attribution
 
-__all__ = ["LocalizationPairs", "boxes_to_mask", "evaluate_localization", "localization_pairs"]
-
-
-def boxes_to_mask(boxes: Tensor, height: int, width: int) -> Tensor:
-    """Union of boxes ``[B, 4]`` (XYXY, pixel units) as a bool mask ``[H, W]``.
-
-    Pixel ``(r, c)`` covers ``[c, c+1) × [r, r+1)`` and belongs to a box when it overlaps it: columns
-    ``floor(x1) <= c < ceil(x2)``, rows ``floor(y1) <= r < ceil(y2)`` (for integer boxes exactly
-    ``mask[y1:y2, x1:x2]``), clipped to the image. No boxes give an empty mask.
-    """
-    boxes = torch.as_tensor(boxes).as_subclass(Tensor)
-    if boxes.dim() != 2 or boxes.shape[1] != 4:
-        raise ValueError(f"boxes_to_mask: boxes must have shape [B, 4] (XYXY), got {tuple(boxes.shape)}")
-    if (boxes[:, 2] < boxes[:, 0]).any() or (boxes[:, 3] < boxes[:, 1]).any():
-        raise ValueError(f"boxes_to_mask: every box needs x2 >= x1 and y2 >= y1, got {boxes.tolist()}")
-    cols = torch.arange(width, device=boxes.device)
-    rows = torch.arange(height, device=boxes.device)
-    in_x = (cols >= boxes[:, 0:1].floor()) & (cols < boxes[:, 2:3].ceil())
-    in_y = (rows >= boxes[:, 1:2].floor()) & (rows < boxes[:, 3:4].ceil())
-    return (in_y[:, :, None] & in_x[:, None, :]).any(0)
+__all__ = ["LocalizationPairs", "evaluate_localization", "localization_pairs"]
 
 
 @dataclass
@@ -95,18 +78,13 @@ def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: 
         chunk = pairs[start:start + batch_size]
         index = torch.tensor([i for i, _ in chunk], device=images.device)
         classes = torch.tensor([k for _, k in chunk], device=images.device)
-        masks = torch.stack([boxes_to_mask(_class_boxes(boxes[i], box_labels[i], k), height, width)
+        masks = torch.stack([boxes_to_masks(boxes[i], box_labels[i], k, canvas=(height, width))
                              for i, k in chunk]).to(images.device)
         maps = run_attribution(attribution, model, images[index], classes)
         objects = None
         if segmentations is not None:
             objects = segmentations[index.to(segmentations.device)].to(images.device) == classes[:, None, None]
         yield LocalizationPairs(maps, masks, classes, index, objects)
-
-
-def _class_boxes(boxes: Tensor, box_labels: Tensor, k: int) -> Tensor:
-    boxes = torch.as_tensor(boxes).as_subclass(Tensor)
-    return boxes[torch.as_tensor(box_labels).as_subclass(Tensor).to(boxes.device) == k]
 
 
 def _check_inputs(images: Tensor, labels: Tensor, boxes: Sequence[Tensor], box_labels: Sequence[Tensor],

@@ -1,9 +1,12 @@
-"""Localisation metrics of attribution maps against masks: EPG, IoU and the on-object ratio (SCIENCE.md §6).
+"""Localisation metrics of attribution maps against masks: EPG, IoU and the on-object ratio.
 
 Every function scores one (image, class) pair per row: ``attributions [N, H, W]`` for the class and ``masks [N, H, W]``
-(bool or 0/1, e.g. the union of the class's boxes). Only the positive part ``A⁺`` of an attribution counts as
-evidence for the class. When a quantity's denominator is zero (no positive attribution, or an empty union) the
-score is defined as 0, so scores are always finite: a map without positive evidence has localised nothing.
+(bool or 0/1, e.g. the union of the class's boxes, :func:`rightreasons.boxes.boxes_to_masks`). Only the positive part
+``A⁺`` of an attribution counts as evidence for the class.
+
+:func:`energy_ratio` is the one kernel of every "share of positive evidence inside a region" score: EPG, the Energy
+loss of model guidance (``1 − EPG``, :func:`rightreasons.guidance.energy_loss`), the on-object ratio and the grid
+pointing game. Its degenerate case is defined there, once. IoU's is: an empty union scores 0. Scores are always finite.
 The accumulating metrics average over all pairs given to ``update`` on all processes.
 """
 
@@ -17,8 +20,8 @@ from torch import Tensor
 
 from .base import PerSampleMean, check_binary_mask, check_maps
 
-__all__ = ["DEFAULT_IOU_CANDIDATES", "EnergyPointingGame", "IoU", "OnObjectRatio", "energy_ratio", "epg", "iou",
-           "normalize_attributions", "on_object_ratio", "select_iou_threshold"]
+__all__ = ["DEFAULT_IOU_CANDIDATES", "ENERGY_EPS", "EnergyPointingGame", "IoU", "OnObjectRatio", "energy_ratio", "epg",
+           "iou", "normalize_attributions", "on_object_ratio", "select_iou_threshold"]
 
 Normalization = Literal["max", "minmax"]
 
@@ -26,24 +29,33 @@ Normalization = Literal["max", "minmax"]
 DEFAULT_IOU_CANDIDATES: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(20))
 
 
-def energy_ratio(attributions: Tensor, inside: Tensor, within: Tensor | None = None) -> Tensor:
-    """``Σ inside·within·A⁺ / Σ within·A⁺`` per row ``[N]`` (``within`` = everywhere when ``None``); 0 when the
-    denominator is 0. The common core of EPG, the on-object ratio and the grid pointing game.
+ENERGY_EPS = 1e-7
+"""Below this total positive energy a map counts as holding no evidence (see :func:`energy_ratio`)."""
 
-    ``inside`` and ``within`` are bool ``[N, H, W]``; the result keeps the autograd graph of ``attributions``.
+
+def energy_ratio(attributions: Tensor, inside: Tensor, within: Tensor | None = None) -> Tensor:
+    """The share of positive evidence inside a region, per row ``[N]``: ``Σ inside·within·A⁺ / Σ within·A⁺``
+    (``within`` = everywhere when ``None``).
+
+    Degenerate case: when the denominator is below :data:`ENERGY_EPS` — no, or almost no, positive evidence — the
+    ratio is replaced by its numerator ``Σ inside·within·A⁺`` (at most that tiny denominator, so about 0: a map
+    without positive evidence has localised nothing). This is the rule of the Model-Guidance release's Energy loss;
+    it keeps the value and its gradients finite, and in the float sense equals 0 wherever the ratio is undefined.
+
+    ``inside`` and ``within`` are bool (or 0/1) ``[N, H, W]``; the result keeps the autograd graph of
+    ``attributions`` (the Energy loss back-propagates through it).
     """
     positive = attributions.clamp(min=0)
     if within is not None:
         positive = positive * within
     total = positive.flatten(1).sum(1)
     captured = (positive * inside).flatten(1).sum(1)
-    defined = total > 0
-    return torch.where(defined, captured / torch.where(defined, total, torch.ones_like(total)),
-                       torch.zeros_like(total))
+    return captured / torch.where(total < ENERGY_EPS, torch.ones_like(total), total)
 
 
 def epg(attributions: Tensor, masks: Tensor) -> Tensor:
-    """Energy pointing game ``EPG = Σ M·A⁺ / Σ A⁺`` per pair ``[N]``, in ``[0, 1]``; 0 when ``Σ A⁺ = 0``.
+    """Energy pointing game ``EPG = Σ M·A⁺ / Σ A⁺`` per pair ``[N]``, in ``[0, 1]`` (:func:`energy_ratio`; about 0
+    for a map without positive evidence).
 
     Args:
         attributions: ``[N, H, W]`` attribution maps (any sign).
@@ -123,7 +135,7 @@ def select_iou_threshold(attributions: Tensor, masks: Tensor,
 
 def on_object_ratio(attributions: Tensor, object_masks: Tensor, box_masks: Tensor) -> Tensor:
     """On-object EPG per pair ``[N]``: positive energy inside the segmentation mask *and* the box over the positive
-    energy inside the box (thesis app. D.2.4); 0 when the box holds no positive energy.
+    energy inside the box (thesis app. D.2.4); about 0 when the box holds no positive energy (:func:`energy_ratio`).
 
     Unlike EPG it ignores attributions outside the box and asks how much of the in-box evidence lies on the object.
     """

@@ -1,4 +1,5 @@
-"""Pixel-perturbation curves (SCIENCE.md §8; thesis §5.3.2 and app. B, following Srinivas & Fleuret 2019).
+"""Pixel-perturbation curves (docs/science.md, evaluating explanations; thesis §5.3.2 and app. B, following Srinivas &
+Fleuret 2019).
 
 Pixels are ranked by their attribution and removed (all channels set to a baseline, by default the zero vector)
 in order — most important first and least important first — in ``num_steps`` equal steps up to ``max_fraction``

@@ -1,4 +1,4 @@
-"""The grid pointing game of the B-cos papers (SCIENCE.md §8; thesis eq. 4.1 / 5.14).
+"""The grid pointing game of the B-cos papers (docs/science.md, evaluating explanations; thesis eq. 4.1 / 5.14).
 
 Images that the model classifies correctly and confidently on their own are tiled into ``n × n`` grids (2×2, 3×3)
 of distinct classes. For each tile's class the attribution map of the whole grid is computed, and the score is the

@@ -1,12 +1,13 @@
-"""Box validation, dilation, complements and box → mask rasterisation."""
+"""Box validation (``rightreasons.data.check_boxes``) and the box geometry the data pipeline uses (dilation,
+complements and box → mask rasterisation, ``rightreasons.boxes``)."""
 
 import numpy as np
 import pytest
 import torch
 from torchvision import tv_tensors
 
-from rightreasons.data import BoxWarning, DataError, boxes_to_masks, check_boxes, class_masks, complement_boxes, \
-    dilate_boxes
+from rightreasons.boxes import boxes_to_masks, class_masks, complement_boxes, dilate_boxes
+from rightreasons.data import BoxWarning, DataError, check_boxes
 
 
 def box_mask(h, w, x1, y1, x2, y2):
@@ -28,12 +29,12 @@ def test_integer_boxes_rasterise_to_their_pixels_and_union_per_class():
 
 def test_masks_at_other_resolutions_use_pixel_centres():
     boxes = torch.tensor([[0.0, 0.0, 4.0, 6.0]])
-    half = boxes_to_masks(boxes, torch.tensor([0]), 0, size=(4, 4), canvas_size=(8, 8))
+    half = boxes_to_masks(boxes, torch.tensor([0]), 0, size=(4, 4), canvas=(8, 8))
     assert torch.equal(half, box_mask(4, 4, 0, 0, 2, 3))
-    double = boxes_to_masks(boxes, torch.tensor([0]), 0, size=(16, 16), canvas_size=(8, 8))
+    double = boxes_to_masks(boxes, torch.tensor([0]), 0, size=(16, 16), canvas=(8, 8))
     assert torch.equal(double, box_mask(16, 16, 0, 0, 8, 12))
     # a fractional box: column j is inside iff x1 <= j + 0.5 < x2
-    frac = boxes_to_masks(torch.tensor([[1.4, 0.0, 3.6, 1.0]]), torch.tensor([0]), 0, canvas_size=(1, 5))
+    frac = boxes_to_masks(torch.tensor([[1.4, 0.0, 3.6, 1.0]]), torch.tensor([0]), 0, canvas=(1, 5))
     assert frac.tolist() == [[False, True, True, True, False]]
 
 
@@ -42,7 +43,7 @@ def test_class_masks_batch_and_plain_boxes_need_a_canvas():
          tv_tensors.BoundingBoxes([[2, 2, 4, 4], [0, 0, 1, 1]], format="XYXY", canvas_size=(4, 4))]
     masks = class_masks(b, [torch.tensor([1]), torch.tensor([0, 1])], torch.tensor([1, 0]), (4, 4))
     assert torch.equal(masks[0], box_mask(4, 4, 0, 0, 2, 2)) and torch.equal(masks[1], box_mask(4, 4, 2, 2, 4, 4))
-    with pytest.raises(ValueError, match="canvas_size"):
+    with pytest.raises(ValueError, match=r"canvas=\(H, W\)"):
         boxes_to_masks(torch.zeros(1, 4), torch.zeros(1), 0)
 
 

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from rightreasons.cli import main
 from rightreasons.data import BoxWarning, DataError, load_dataset
+from rightreasons.data.prepare import coco as prepare_coco
 
 CATEGORIES = [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}, {"id": 18, "name": "dog"}]
 IMAGES = [{"id": 42, "file_name": "COCO_val2014_000000000042.jpg", "height": 30, "width": 40},
@@ -79,14 +81,15 @@ def test_bad_files_and_records_are_named(tmp_path):
         ds[1]
 
 
-def test_prepare_script_checks_images_and_checksums(tmp_path, load_script, capsys):
+def test_prepare_checks_images_and_checksums(tmp_path, capsys):
     root = write_coco(tmp_path)
-    prepare = load_script("prepare_coco")
     (root / "sums.md5").write_text(f"{'0' * 32}  annotations/instances_val2014.json\n")
-    assert prepare.main([str(root), "--allow-partial", "--checksums", str(root / "sums.md5")]) == 1
+    assert main(["prepare", "coco", str(root), "--allow-partial", "--checksums", str(root / "sums.md5")]) == 1
     out = capsys.readouterr().out
     assert "val: 3 images, 4 annotations (1 crowd), 3 categories, 1 images without annotations" in out
     assert "instances_train2014.json" in out and "instances_val2014.json: md5" in out
     (root / "val2014" / "COCO_val2014_000000000099.jpg").unlink()
-    prepare.main([str(root), "--allow-partial"])
+    main(["prepare", "coco", str(root), "--allow-partial"])
     assert "1 image(s) of split 'val' missing" in capsys.readouterr().out
+    report = prepare_coco.check(root, allow_partial=True)
+    assert report.exit_code == 1 and any("1 image(s) of split 'val' missing" in p for p in report.problems)

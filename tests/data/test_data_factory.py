@@ -3,6 +3,7 @@
 import pytest
 
 from rightreasons.data import COMMON_OPTIONS, DATASETS, load_dataset
+from rightreasons.errors import UnknownNameError, UsageError
 
 
 def test_every_name_is_registered():
@@ -11,13 +12,13 @@ def test_every_name_is_registered():
 
 
 def test_unknown_names_and_options_list_the_valid_ones(tmp_path):
-    with pytest.raises(ValueError, match="unknown dataset 'voc2012'; expected one of voc2007, coco2014, waterbirds100, "
-                                         "imagenet, synthetic-birds, synthetic-multilabel"):
+    with pytest.raises(UnknownNameError, match="unknown dataset 'voc2012'; expected one of voc2007, coco2014, "
+                                               "waterbirds100, imagenet, synthetic-birds, synthetic-multilabel"):
         load_dataset("voc2012", tmp_path, "train")
-    with pytest.raises(ValueError, match=r"unknown option\(s\) crowd for dataset 'voc2007'; valid: use_difficult, "
+    with pytest.raises(UsageError, match=r"unknown option\(s\) crowd for dataset 'voc2007'; valid: use_difficult, "
                                          r"segmentation_only, box_policy, transform, annotated_fraction"):
         load_dataset("voc2007", tmp_path, "train", crowd="label")
-    with pytest.raises(ValueError, match="needs a root directory"):
+    with pytest.raises(UsageError, match="needs a root directory"):
         load_dataset("coco2014", None, "train")
     assert set(COMMON_OPTIONS) == {"transform", "annotated_fraction", "annotation_seed", "box_dilation", "box_policy"}
 

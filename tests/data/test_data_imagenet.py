@@ -9,9 +9,9 @@ import torch
 import yaml
 from PIL import Image
 
+from rightreasons.config import load_config
 from rightreasons.data import DataError, ImageNet, eval_transform, load_dataset
-from rightreasons.distill import DistillConfig, distill
-from rightreasons.engine import load_config
+from rightreasons.tasks import DistillConfig, distill
 
 TENCH, GOLDFISH, SHARK = "n01440764", "n01443537", "n01484850"
 SYNSETS = [f"{TENCH} tench, Tinca tinca", f"{GOLDFISH} goldfish, Carassius auratus",

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from rightreasons.boxes import boxes_to_masks
 from rightreasons.cli import main as cli_main
-from rightreasons.data import DataError, SyntheticConfig, boxes_to_masks, collate, generate, load_dataset, \
-    write_synthetic
+from rightreasons.data import DataError, SyntheticConfig, collate, generate, load_dataset, write_synthetic
 from rightreasons.data.synthetic import CONTEXT_OF_SHAPE, SHAPES
 
 
@@ -47,7 +47,7 @@ def test_boxes_are_tight_around_the_object_pixels():
                 obj = data.masks[i] == k + 1
                 ys, xs = torch.nonzero(obj, as_tuple=True)
                 assert box.tolist() == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
-                inside = boxes_to_masks(box[None], torch.tensor([k]), int(k), canvas_size=(48, 48))
+                inside = boxes_to_masks(box[None], torch.tensor([k]), int(k), canvas=(48, 48))
                 assert not (obj & ~inside).any()
 
 
@@ -103,7 +103,7 @@ def test_groups_are_named_by_what_they_mean_and_grouped_metrics_use_the_names():
     from rightreasons import create_model
     from rightreasons.data import eval_transform
     from rightreasons.data.synthetic import CONTEXTS
-    from rightreasons.engine.evaluation import evaluate_classifier
+    from rightreasons.evaluation import classifier_evaluators, evaluate
 
     shapes = load_dataset("synthetic-multilabel", None, "val", n=12, size=32, max_objects=1,
                           transform=eval_transform(32, encoding="bcos", crop_fraction=1.0))
@@ -112,9 +112,8 @@ def test_groups_are_named_by_what_they_mean_and_grouped_metrics_use_the_names():
     assert shapes.positive_labels.dtype == torch.bool and torch.equal(shapes.positive_labels.float(), shapes.labels)
     assert np.shares_memory(shapes.positive_labels.numpy(), shapes.records.labels)
     torch.manual_seed(0)
-    results = evaluate_classifier(create_model("bcos_cifar10_resnet20", num_classes=len(SHAPES), inplanes=8), shapes,
-                                  batch_size=6, device=torch.device("cpu"), method=None,
-                                  group_names=shapes.group_names)
+    results = evaluate(create_model("bcos_cifar10_resnet20", num_classes=len(SHAPES), inplanes=8), shapes,
+                       classifier_evaluators(shapes, method=None), batch_size=6, device=torch.device("cpu"))
     present = {CONTEXTS[g] for g in shapes.groups.tolist()}
     assert {key.split("/", 1)[1] for key in results if key.startswith("accuracy/")} == present
 

@@ -6,10 +6,11 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as F
 
-from rightreasons.data import DataError, ExplanationMap, SanitizeBoxes, SyntheticConfig, annotated_count, \
-    boxes_to_masks, collate, dilate_boxes, eval_transform, load_dataset, select_annotated, train_transform, \
-    write_synthetic
-from rightreasons.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from rightreasons import create_model
+from rightreasons.boxes import boxes_to_masks, dilate_boxes
+from rightreasons.data import DataError, ExplanationMap, SanitizeBoxes, SyntheticConfig, annotated_count, collate, \
+    eval_transform, load_dataset, select_annotated, train_transform, transforms_for, write_synthetic
+from rightreasons.encoding import IMAGENET_MEAN, IMAGENET_STD
 
 
 def marked_sample(size=64):
@@ -64,7 +65,7 @@ def test_resized_crop_resamples_explanation_like_the_image(seed):
     obj = out["mask"] > 0  # nearest-neighbour; the box follows the same geometry
     if len(out["boxes"]) and obj.any():
         box = out["boxes"][0]
-        grown = boxes_to_masks(box[None] + torch.tensor([-1.0, -1, 1, 1]), torch.tensor([0]), 0, canvas_size=(40, 40))
+        grown = boxes_to_masks(box[None] + torch.tensor([-1.0, -1, 1, 1]), torch.tensor([0]), 0, canvas=(40, 40))
         assert not (obj & ~grown).any()
         if box[0] > 0 and box[1] > 0 and box[2] < 40 and box[3] < 40:  # not cut by the crop: still tight
             rows, cols = obj.any(1).nonzero().flatten(), obj.any(0).nonzero().flatten()
@@ -101,6 +102,18 @@ def test_eval_preset_scales_boxes_and_masks_exactly_and_normalises():
     assert torch.allclose(restored, F.resize(s["image"], [64, 64]), atol=1e-5)
     centre = eval_transform(24, encoding="none")(s)  # resize to round(24 / 0.875) = 27, centre-crop 24
     assert centre["image"].shape == (3, 24, 24) and centre["boxes"].canvas_size == (24, 24)
+
+
+def test_transforms_for_ends_in_the_encoding_the_model_takes():
+    s = load_dataset("synthetic-birds", None, "val", n=1, size=32)[0]
+    bcos, standard = create_model("bcos_cifar10_resnet20", num_classes=2), create_model("resnet18", num_classes=2)
+    for model, encoding in ((bcos, "bcos"), (standard, "normalize")):
+        ours = transforms_for(model, 32, crop_fraction=1.0)(s)
+        assert torch.equal(ours["image"], eval_transform(32, encoding=encoding, crop_fraction=1.0)(s)["image"])
+    trained = transforms_for(bcos, 32, train=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=0.0,
+                             crop_fraction=1.0)(s)
+    assert torch.allclose(trained["image"], eval_transform(32, encoding="bcos", crop_fraction=1.0)(s)["image"],
+                          atol=1e-6)
 
 
 def test_limited_annotations_are_exact_and_seeded():

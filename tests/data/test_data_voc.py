@@ -7,7 +7,9 @@ import pytest
 import torch
 from PIL import Image
 
+from rightreasons.cli import main
 from rightreasons.data import VOC_CLASSES, BoxWarning, DataError, collate, load_dataset
+from rightreasons.data.prepare import voc as prepare_voc
 
 OBJECTS = {  # id: (H, W, [(name, xmin, ymin, xmax, ymax, difficult)])
     "000001": (40, 50, [("dog", 5, 6, 20, 30, 0), ("person", 30, 2, 45, 38, 1)]),
@@ -129,16 +131,16 @@ def test_undecodable_image_in_a_worker_names_the_file(voc):
     assert re.search(r"JPEGImages/000002\.jpg: cannot decode image", errors[0])
 
 
-def test_prepare_script_reports_exactly_what_is_missing(voc, load_script, capsys):
-    prepare = load_script("prepare_voc")
-    assert prepare.main([str(voc.parent.parent), "--allow-partial"]) == 0  # finds VOCdevkit/VOC2007
+def test_prepare_reports_exactly_what_is_missing(voc, capsys):
+    assert main(["prepare", "voc", str(voc.parent.parent), "--allow-partial"]) == 0  # finds VOCdevkit/VOC2007
     out = capsys.readouterr().out
     assert "trainval: 3 images" in out and "SegmentationClass: 1 masks" in out and "== OK" in out
-    assert prepare.main([str(voc)]) == 1  # not the official counts
+    assert prepare_voc.check(voc.parent.parent, allow_partial=True).exit_code == 0
+    assert main(["prepare", "voc", str(voc)]) == 1  # not the official counts
     assert "train.txt: 2 ids, the official release has 2501" in capsys.readouterr().out
     (voc / "JPEGImages" / "000003.jpg").unlink()
     (voc / "Annotations" / "000002.xml").write_text(xml_text("000002", 30, 30, [("kat", 1, 1, 5, 5, 0)]))
-    assert prepare.main([str(voc), "--allow-partial", "--tars", str(voc)]) == 1
+    assert main(["prepare", "voc", str(voc), "--allow-partial", "--tars", str(voc)]) == 1
     out = capsys.readouterr().out
     assert "JPEGImages/000003.jpg" in out and "unknown class name 'kat'" in out
     assert "VOCtrainval_06-Nov-2007.tar: file to checksum not found" in out

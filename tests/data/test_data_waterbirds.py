@@ -7,7 +7,10 @@ import pytest
 import torch
 from PIL import Image
 
-from rightreasons.data import GROUP_NAMES, DataError, boxes_to_masks, load_dataset
+from rightreasons.boxes import boxes_to_masks
+from rightreasons.cli import main
+from rightreasons.data import GROUP_NAMES, DataError, load_dataset
+from rightreasons.data.prepare import waterbirds as prepare_waterbirds
 
 # (img_filename, y, place, split, box)
 ROWS = [
@@ -98,11 +101,11 @@ def test_bad_files_are_named(tmp_path):
     with pytest.raises(DataError, match=r"boxes\.csv: no box for 1 image\(s\) of split 'train', e\.g\. 002"):
         load_dataset("waterbirds100", root, "train")
     (root / "boxes.csv").unlink()
-    with pytest.raises(DataError, match="box file not found; build it with scripts/prepare_waterbirds.py"):
+    with pytest.raises(DataError, match="box file not found; build it with `rightreasons prepare waterbirds ROOT"):
         load_dataset("waterbirds100", root, "train")
 
 
-def test_prepare_script_builds_the_box_file_from_segmentations(tmp_path, load_script, capsys):
+def test_prepare_builds_the_box_file_from_segmentations(tmp_path, capsys):
     root = write_waterbirds(tmp_path / "wb")
     (root / "boxes.csv").unlink()
     seg = tmp_path / "segmentations"
@@ -111,10 +114,10 @@ def test_prepare_script_builds_the_box_file_from_segmentations(tmp_path, load_sc
         mask[y1 // 2:(y2 + 1) // 2, x1 // 2:(x2 + 1) // 2] = 255
         (seg / name).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(mask).save((seg / name).with_suffix(".png"))
-    prepare = load_script("prepare_waterbirds")
-    assert prepare.main([str(root)]) == 1
+    assert main(["prepare", "waterbirds", str(root)]) == 1
     assert "box file missing" in capsys.readouterr().out
-    assert prepare.main([str(root), "--segmentations", str(seg)]) == 0
+    assert prepare_waterbirds.check(root).exit_code == 1
+    assert main(["prepare", "waterbirds", str(root), "--segmentations", str(seg)]) == 0
     out = capsys.readouterr().out
     assert "wrote 6 boxes" in out and "train: G1 landbird/land 1, G2 landbird/water 0" in out
     ds = load_dataset("waterbirds100", root, "test")

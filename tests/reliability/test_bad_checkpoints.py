@@ -1,7 +1,7 @@
 """Checkpoints of the wrong architecture, truncated at any byte, filled with garbage, holding non-tensors, or missing.
 
-Every case ends in a :class:`CheckpointError` (or ``FileNotFoundError`` for a missing file) whose message names the
-file and the problem; the model is never half-loaded.
+Every case ends in a :class:`CheckpointError` (a missing file included) whose message names the file and the problem;
+the model is never half-loaded.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from rightreasons import create_model, load_weights
-from rightreasons.checkpoints import CheckpointError, read_state_dict
+from rightreasons.errors import CheckpointError
+from rightreasons.hub import read_state_dict
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -82,7 +83,7 @@ def test_garbage_files_are_refused(content, suffix):
 def test_checkpoint_of_another_architecture_is_refused_by_create_model(tmp_path, target, problem):
     """A plain torch state dict of a ResNet-20 given to ``create_model(target, checkpoint=...)`` (which, with
     ``num_classes``, may replace the classifier but nothing else). Key-level refusals of ``load_weights`` itself are
-    in tests/test_checkpoints.py."""
+    in tests/hub/test_weights.py."""
     path = tmp_path / "resnet20.pth"
     torch.save(create_model("bcos_cifar10_resnet20", num_classes=3).state_dict(), path)
     with pytest.raises(CheckpointError, match=rf"{path} does not fit the model {target}: .*{problem}"):
@@ -101,7 +102,7 @@ def test_weights_only_files_without_a_state_dict_are_refused(tmp_path, content, 
         read_state_dict(path)
 
 
-def test_missing_checkpoint_or_a_directory_is_file_not_found(tmp_path):
+def test_missing_checkpoint_or_a_directory_is_a_checkpoint_error(tmp_path):
     for path in (tmp_path / "nowhere.pth", tmp_path):
-        with pytest.raises(FileNotFoundError, match=f"checkpoint file not found: {path}"):
+        with pytest.raises(CheckpointError, match=f"checkpoint file not found: {path}"):
             load_weights(small_model(), path)

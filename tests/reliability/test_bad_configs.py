@@ -18,7 +18,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rightreasons.engine import ConfigError, TrainConfig, from_dict, load_config, to_dict
+from rightreasons.config import from_dict, load_config, to_dict
+from rightreasons.engine import TrainConfig
+from rightreasons.errors import ConfigError
 
 FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -155,6 +157,6 @@ def test_random_overrides_give_a_config_or_a_config_error(override):
     assert all(math.isfinite(v) for v in typed_numbers(config))
 
 
-def test_missing_config_file_is_file_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"config file not found: .*nowhere\.yaml"):
+def test_missing_config_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"config file not found: .*nowhere\.yaml"):
         load_config(TrainConfig, tmp_path / "nowhere.yaml")

@@ -1,0 +1,128 @@
+"""Box geometry, one rule for everything: rasterise, dilate, clip, complement, union per class.
+
+Boxes are ``[B, 4]`` in XYXY pixel coordinates of their image ("canvas") of size ``(H, W)``; pixel ``(i, j)`` (row,
+column) is the square ``[j, j + 1) × [i, i + 1)``.
+
+**The pixel rule.** A box covers the pixels whose *centres* ``(j + 0.5, i + 0.5)`` satisfy ``x1 <= j + 0.5 < x2`` and
+``y1 <= i + 0.5 < y2``. With integer coordinates that is exactly ``mask[y1:y2, x1:x2]``; a fractional box covers a
+pixel when it covers its centre (a centre exactly on the left or top edge is inside, on the right or bottom edge
+outside, so two boxes sharing an edge never both take a pixel). The same rule rasterises a box at any other resolution
+(``size`` ≠ canvas), so masks at a feature map's resolution agree with those at the image's.
+
+Every consumer uses this module: the guidance losses' masks (:class:`~rightreasons.guidance.GuidanceObjective`), the
+localisation metrics (EPG, IoU), the data pipeline (coarse boxes, the complement masks of the reversed Waterbirds
+task) and the figures (:func:`outline`), so the training mask and the evaluation mask of a box are the same pixels.
+
+This module imports nothing of rightreasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from torchvision import tv_tensors
+
+__all__ = ["boxes_to_masks", "canvas_size", "class_masks", "clip_boxes", "complement_boxes", "dilate_boxes",
+           "outline"]
+
+
+def canvas_size(boxes: Tensor, canvas: tuple[int, int] | None = None) -> tuple[int, int]:
+    """``(H, W)`` of the boxes' image: ``canvas`` when given, else the one a ``tv_tensors.BoundingBoxes`` carries."""
+    if canvas is not None:
+        return int(canvas[0]), int(canvas[1])
+    if isinstance(boxes, tv_tensors.BoundingBoxes):
+        return boxes.canvas_size
+    raise ValueError("plain box tensors need canvas=(H, W); tv_tensors.BoundingBoxes carry their own")
+
+
+def _plain(boxes: Tensor) -> Tensor:
+    """Boxes as a plain float tensor ``[B, 4]``; anything else (another shape, x2 < x1 or y2 < y1) is refused."""
+    plain = torch.as_tensor(boxes).as_subclass(Tensor).float()
+    if plain.numel() == 0:
+        return plain.reshape(0, 4)
+    if plain.dim() != 2 or plain.shape[1] != 4:
+        raise ValueError(f"boxes must have shape [B, 4] (XYXY), got {tuple(plain.shape)}")
+    if (plain[:, 2] < plain[:, 0]).any() or (plain[:, 3] < plain[:, 1]).any():
+        bad = plain[(plain[:, 2] < plain[:, 0]) | (plain[:, 3] < plain[:, 1])][:3].tolist()
+        raise ValueError(f"every box needs x2 >= x1 and y2 >= y1 (XYXY), got {bad}")
+    return plain
+
+
+def clip_boxes(boxes: Tensor, canvas: tuple[int, int] | None = None) -> Tensor:
+    """Boxes ``[B, 4]`` clipped to the image ``[0, W] × [0, H]`` (keeps the ``BoundingBoxes`` type)."""
+    h, w = canvas_size(boxes, canvas)
+    plain = _plain(boxes)
+    out = torch.minimum(plain.clamp(min=0), plain.new_tensor([w, h, w, h]))
+    return tv_tensors.wrap(out, like=boxes) if isinstance(boxes, tv_tensors.BoundingBoxes) else out
+
+
+def dilate_boxes(boxes: Tensor, fraction: float, canvas: tuple[int, int] | None = None) -> Tensor:
+    """Coarse boxes: move every side of each box ``[B, 4]`` outwards by ``fraction`` of the box's width (left,
+    right) or height (top, bottom), clipped to the image — the Model-Guidance release's convention, so ``0.5``
+    doubles the width of a box far from the border. Keeps the ``BoundingBoxes`` type."""
+    if fraction < 0:
+        raise ValueError(f"box dilation must be >= 0, got {fraction}")
+    plain = _plain(boxes)
+    size = torch.cat([plain[:, 2:] - plain[:, :2]] * 2, dim=1)
+    grown = plain + fraction * plain.new_tensor([-1.0, -1.0, 1.0, 1.0]) * size
+    out = clip_boxes(grown, canvas_size(boxes, canvas))
+    return tv_tensors.wrap(out, like=boxes) if isinstance(boxes, tv_tensors.BoundingBoxes) else out
+
+
+def complement_boxes(box: Tensor, canvas: tuple[int, int]) -> Tensor:
+    """Up to four non-overlapping boxes ``[B', 4]`` whose union is the image minus ``box [4]`` (left and right full-
+    height strips, top and bottom strips between them). Under the pixel rule their union rasterises to exactly the
+    complement of the box's mask at every resolution, and crops/flips keep that true: this is how the "outside the
+    box" mask of the reversed Waterbirds task travels through box-aware augmentation."""
+    h, w = canvas
+    x1, y1, x2, y2 = (float(v) for v in box)
+    strips = torch.tensor([[0, 0, x1, h], [x2, 0, w, h], [x1, 0, x2, y1], [x1, y2, x2, h]], dtype=torch.float32)
+    return strips[(strips[:, 2] > strips[:, 0]) & (strips[:, 3] > strips[:, 1])]
+
+
+def boxes_to_masks(boxes: Tensor, box_labels: Tensor, classes: int | Sequence[int] | Tensor,
+                   size: tuple[int, int] | None = None, canvas: tuple[int, int] | None = None) -> Tensor:
+    """Bool masks ``M_k`` = the union of the boxes of class ``k``, rasterised at ``size = (h, w)`` (default: the
+    canvas) with the pixel rule of the module docstring.
+
+    ``boxes [B, 4]`` XYXY on a canvas ``(H, W)`` (taken from ``tv_tensors.BoundingBoxes`` or given), ``box_labels
+    [B]``. ``classes`` an int → ``[h, w]``; a sequence/tensor of T classes → ``[T, h, w]``. No boxes of a class give
+    an empty mask.
+    """
+    ch, cw = canvas_size(boxes, canvas)
+    h, w = size if size is not None else (ch, cw)
+    single = isinstance(classes, int) or (isinstance(classes, Tensor) and classes.dim() == 0)
+    plain = _plain(boxes)
+    wanted = torch.as_tensor(classes, dtype=torch.long).reshape(-1).to(plain.device)
+    labels = torch.as_tensor(box_labels).as_subclass(Tensor).reshape(-1).to(plain.device)
+    if len(labels) != len(plain):
+        raise ValueError(f"got {len(plain)} boxes but {len(labels)} box labels")
+    xs = (torch.arange(w, device=plain.device) + 0.5) * (cw / w)
+    ys = (torch.arange(h, device=plain.device) + 0.5) * (ch / h)
+    in_x = (xs >= plain[:, 0:1]) & (xs < plain[:, 2:3])  # [B, w]
+    in_y = (ys >= plain[:, 1:2]) & (ys < plain[:, 3:4])  # [B, h]
+    per_box = in_y[:, :, None] & in_x[:, None, :]  # [B, h, w]
+    select = labels[None, :] == wanted[:, None]  # [T, B]
+    masks = (select[:, :, None, None] & per_box[None]).any(dim=1)  # [T, h, w]
+    return masks[0] if single else masks
+
+
+def class_masks(boxes: Sequence[Tensor], box_labels: Sequence[Tensor], targets: Tensor | Sequence[int],
+                size: tuple[int, int], canvas: tuple[int, int] | None = None) -> Tensor:
+    """Batch form of :func:`boxes_to_masks`: ``[N, h, w]`` masks of class ``targets[n]`` for image ``n`` (boxes and
+    labels as lists of length N, as in a collated batch)."""
+    if not len(boxes) == len(box_labels) == len(targets):
+        raise ValueError(f"got {len(boxes)} box lists, {len(box_labels)} label lists and {len(targets)} targets")
+    if not len(boxes):
+        return torch.zeros(0, *size, dtype=torch.bool)
+    return torch.stack([boxes_to_masks(b, lab, int(t), size, canvas)
+                        for b, lab, t in zip(boxes, box_labels, targets)])
+
+
+def outline(box: Sequence[float]) -> tuple[float, float, float, float]:
+    """``(x, y, width, height)`` of the rectangle that outlines ``box`` in ``matplotlib.pyplot.imshow`` coordinates,
+    where pixel ``(i, j)`` is centred at ``(j, i)``, so the drawn edge runs along the boundary of the covered pixels."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    return x1 - 0.5, y1 - 0.5, x2 - x1, y2 - y1

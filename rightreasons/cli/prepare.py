@@ -1,0 +1,37 @@
+"""``rightreasons prepare voc|coco|waterbirds ROOT``: check a dataset download and build what is derived from it.
+
+Each prints what it found and exactly what is missing or wrong; exit code 1 if anything is (see
+:mod:`rightreasons.data.prepare`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..data.prepare import coco, voc, waterbirds
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("prepare", help="check a dataset download (VOC, COCO, Waterbirds), build derived files")
+    datasets = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
+
+    s = datasets.add_parser("voc", help="PASCAL VOC 2007", description=voc.__doc__.splitlines()[0])
+    s.add_argument("root", type=Path, help="VOCdevkit/VOC2007 (or a folder holding it)")
+    s.add_argument("--tars", type=Path, help="folder with the two release tar files, to check their md5")
+    s.add_argument("--allow-partial", action="store_true", help="do not compare with the official image counts")
+    s.set_defaults(func=lambda a: voc.check(a.root, a.tars, a.allow_partial).print())
+
+    s = datasets.add_parser("coco", help="MS COCO 2014", description=coco.__doc__.splitlines()[0])
+    s.add_argument("root", type=Path, help="the COCO root (annotations/, train2014/, val2014/)")
+    s.add_argument("--checksums", type=Path, help="md5sum-style file of paths relative to ROOT")
+    s.add_argument("--allow-partial", action="store_true", help="do not compare with the official counts")
+    s.set_defaults(func=lambda a: coco.check(a.root, a.checksums, a.allow_partial).print())
+
+    s = datasets.add_parser("waterbirds", help="Waterbirds-100 (builds the bird boxes from the CUB masks)",
+                            description=waterbirds.__doc__.splitlines()[0])
+    s.add_argument("root", type=Path, help="the folder holding metadata.csv and the images")
+    s.add_argument("--segmentations", type=Path, help="CUB-200-2011 segmentations/ directory")
+    s.add_argument("--threshold", type=float, default=0.5, help="mask threshold in [0, 1] (default 0.5)")
+    s.add_argument("--box-file", default="boxes.csv", help="box file name inside ROOT (default boxes.csv)")
+    s.set_defaults(func=lambda a: waterbirds.check(a.root, a.segmentations, a.threshold, a.box_file).print())

@@ -1,0 +1,205 @@
+"""Typed, validated configs: dataclasses filled from YAML files and ``key=value`` overrides.
+
+The engine's run configs (:mod:`rightreasons.engine.schema`), the distillation schema and the typed recipes of
+:mod:`rightreasons.experiments` are all read through this module.
+
+Every section is a dataclass; :func:`from_dict` checks every key against its fields (an unknown or misspelt key is an
+error that names the key and suggests the closest valid one) and every value against its annotation (``int``, ``float``,
+``str``, ``bool``, ``Literal[...]``, ``X | None``, ``list[...]``, ``dict[str, ...]``, nested dataclasses). YAML is read
+with ``yaml.safe_load``; overrides like ``optim.lr=1e-4`` or ``guidance.layer=mid2`` are parsed as YAML scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Mapping, TypeVar, Union
+
+import yaml
+
+from .errors import ConfigError
+
+__all__ = ["apply_overrides", "diff_configs", "from_dict", "load_config", "merge_nested", "to_dict"]
+
+T = TypeVar("T")
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+#: what ``yaml.safe_load`` raises on bad input: YAMLError, and ValueError / TypeError / IndexError from its scalar
+#: constructors (e.g. for ``!!float x`` or an empty ``!!float``)
+_YAML_ERRORS = (yaml.YAMLError, ValueError, TypeError, IndexError)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    """Check ``value`` against annotation ``tp`` and convert it (ints are accepted where floats are expected)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{path}: {value!r} is not one of {_type_name(tp)}")
+        return value
+    if origin in (Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _convert(value, option, path)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp)[:1]
+        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        _, item = typing.get_args(tp)
+        return {str(k): _convert(v, item, f"{path}.{k}") for k, v in value.items()}
+    if tp is type(None):
+        if value is not None:
+            raise ConfigError(f"{path}: expected null, got {value!r}")
+        return None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r} ({type(value).__name__})")
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the float range
+            number = math.inf
+        if not math.isfinite(number):  # .nan / .inf would only surface later, as NaN losses
+            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+        return number
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r} ({type(value).__name__})")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r} ({type(value).__name__})")
+        return value
+    raise TypeError(f"unsupported annotation {tp!r} at {path}")
+
+
+def from_dict(cls: type[T], data: Any, path: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping, refusing unknown keys and ill-typed values."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path or 'config'}: expected a mapping of keys for {cls.__name__}, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown config key {where!r}{hint}; valid keys here: {sorted(fields)}")
+        kwargs[key] = _convert(value, hints[key], where)
+    missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{path or 'config'}: missing required keys {missing}")
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ConfigError(f"{path or 'config'}: {e}") from e
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A plain, YAML/JSON-serialisable dict of a config dataclass."""
+    return dataclasses.asdict(config)
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
+    node[keys[-1]] = value
+
+
+def merge_nested(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge the nested mapping ``extra`` into the raw config dict ``base`` in place (sections merge key by key,
+    anything else replaces) and return ``base``."""
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            merge_nested(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values parsed as YAML scalars) to a raw config dict, in place."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form key.path=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except _YAML_ERRORS as e:  # malformed, or a tag such as !!python/object that the safe loader refuses
+            raise ConfigError(f"override {item!r}: value is not a valid YAML scalar: {e}") from e
+        _set_path(data, key.strip(), value)
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Read a YAML file (safe loader) into ``cls``, applying ``overrides``; errors name the file and key."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except _YAML_ERRORS as e:  # UnicodeDecodeError is a ValueError
+            raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    apply_overrides(data, overrides or [])
+    try:
+        return from_dict(cls, data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
+
+
+def diff_configs(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dicts (for refusing a resume from another config)."""
+    keys = sorted(set(a) | set(b))
+    out = []
+    for k in keys:
+        where = f"{prefix}{k}"
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, Mapping) and isinstance(vb, Mapping):
+            out += diff_configs(va, vb, where + ".")
+        elif va != vb:
+            out.append(f"{where}: {va!r} != {vb!r}")
+    return out

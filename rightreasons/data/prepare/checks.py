@@ -1,0 +1,78 @@
+"""Helpers of the download checks of ``rightreasons prepare``: a problem report and checksums."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["Report", "md5sum", "read_checksum_file", "verify_checksums"]
+
+
+class Report:
+    """Collects what is missing or wrong and prints it; ``exit_code`` is 1 when there was any problem."""
+
+    def __init__(self, title: str, show: int = 20) -> None:
+        self.title, self.show = title, show
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+
+    def problem(self, message: str, items: Sequence[str] = ()) -> None:
+        """Record a problem; ``items`` (e.g. missing files) are listed, the first ``show`` of them."""
+        lines = [message] + [f"    {item}" for item in items[:self.show]]
+        if len(items) > self.show:
+            lines.append(f"    ... and {len(items) - self.show} more")
+        self.problems.append("\n".join(lines))
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def print(self) -> int:
+        print(f"== {self.title}")
+        for note in self.notes:
+            print(f"  {note}")
+        for problem in self.problems:
+            print(f"  MISSING/INVALID: {problem}")
+        print(f"== {'OK' if not self.problems else f'{len(self.problems)} problem(s)'}")
+        return self.exit_code
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.problems else 0
+
+
+def md5sum(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checksums(expected: dict[str, str], root: str | os.PathLike, report: Report) -> None:
+    """Compare ``{relative path: md5}`` against the files under ``root``; problems go to ``report``."""
+    root = Path(root)
+    for name, md5 in expected.items():
+        path = root / name
+        if not path.is_file():
+            report.problem(f"{path}: file to checksum not found")
+            continue
+        actual = md5sum(path)
+        if actual != md5.lower():
+            report.problem(f"{path}: md5 {actual}, expected {md5}")
+        else:
+            report.note(f"{path}: md5 OK")
+
+
+def read_checksum_file(path: str | os.PathLike) -> dict[str, str]:
+    """``md5sum``-style lines ``<md5>  <relative path>`` → ``{path: md5}``."""
+    out = {}
+    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2 or len(parts[0]) != 32:
+            raise ValueError(f"{path}: line {i}: expected '<md5>  <path>', got {line!r}")
+        out[parts[1].strip().lstrip("*")] = parts[0]
+    return out

@@ -1,0 +1,60 @@
+"""Writing files so that a crash never leaves a partial one: the one atomic-write recipe of the package.
+
+:func:`atomic_write` writes to a temporary file in the target's directory, flushes it to disk (``fsync``), renames it
+over the target (``os.replace``, atomic on POSIX filesystems) and flushes the directory entry, so that after a crash or
+``SIGKILL`` a reader finds either the complete old file or the complete new one, never a mix. Model files, checkpoint
+states, cache shards, summaries and reports are all written through it.
+
+This module imports nothing of rightreasons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write", "fsync_path", "write_json_atomic", "write_text_atomic"]
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's contents, or a directory's entries (after a rename inside it), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Create or replace ``path`` atomically: ``write(tmp)`` fills a temporary file beside it (named
+    ``.<name>.<unique>.tmp``, with the permissions a new file gets under the umask), which is then fsync'ed and renamed
+    over ``path``; the directory is fsync'ed last. The parent directory is created when missing. When ``write``
+    raises, ``path`` is untouched and the temporary file is removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        write(tmp)
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fsync_path(path.parent)
+    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as indented JSON (sorted keys) to ``path`` atomically."""
+    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,78 @@
+"""The model registry: every architecture registers itself under a name in its own model file.
+
+``register_model(name, builder, family=..., bcos=..., **defaults)`` is called at the bottom of each file of
+:mod:`rightreasons.models` (importing :mod:`rightreasons.models` registers the whole zoo); :func:`list_models` lists the
+names and :func:`get_model_spec` returns what was registered. Building a model with weights is the job of
+:func:`rightreasons.hub.factory.create_model`, which reads this table.
+
+Like timm's ``_registry.py``, this module imports nothing of rightreasons (and no model code), so that model files can
+import it without a cycle and the table can be read without building anything.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import UnknownNameError
+
+__all__ = ["ModelSpec", "get_model_spec", "list_models", "register_model"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered architecture.
+
+    Attributes:
+        name: the registry name, e.g. ``"bcos_resnet50"``.
+        builder: ``builder(**defaults, **kwargs) -> nn.Module`` (a class or a function).
+        family: ``"resnet"``, ``"densenet"``, ``"vgg"``, ``"convnext"``, ``"vit"`` or ``"holistic_vit"``.
+        bcos: whether the built model is a B-cos network (dynamic linear, with ``W(x)`` explanations); lets
+            :func:`list_models` filter without building. :func:`rightreasons.hub.capabilities` reads the same fact
+            off a built model, and a test checks that both agree for every name.
+        defaults: constructor arguments fixed by the name (e.g. the block layout of ResNet-50).
+    """
+
+    name: str
+    builder: Callable[..., Any]
+    family: str
+    bcos: bool
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, **kwargs: Any) -> Any:
+        """The architecture with fresh (random) weights: ``builder(**defaults, **kwargs)``."""
+        return self.builder(**{**self.defaults, **kwargs})
+
+
+_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register_model(name: str, builder: Callable[..., Any], *, family: str, bcos: bool,
+                   **defaults: Any) -> ModelSpec:
+    """Register ``builder(**defaults, **kwargs)`` under ``name``; names are unique."""
+    if name in _REGISTRY:
+        raise ValueError(f"model name {name!r} is already registered")
+    spec = ModelSpec(name, builder, family, bcos, dict(defaults))
+    _REGISTRY[name] = spec
+    return spec
+
+
+def list_models(pattern: str = "*", *, bcos: bool | None = None, family: str | None = None) -> list[str]:
+    """Sorted registered names matching a shell-style ``pattern``, optionally only B-cos (or standard) models or
+    one family."""
+    return sorted(n for n, s in _REGISTRY.items() if fnmatch.fnmatch(n, pattern)
+                  and (bcos is None or s.bcos == bcos) and (family is None or s.family == family))
+
+
+def get_model_spec(name: str) -> ModelSpec:
+    """The spec registered under ``name``; an unknown name raises :class:`~rightreasons.errors.UnknownNameError`
+    listing close matches."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else \
+            f"; see rightreasons.list_models() or `rightreasons models` ({len(_REGISTRY)} models)"
+        raise UnknownNameError(f"unknown model {name!r}{hint}") from None

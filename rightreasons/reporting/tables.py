@@ -1,0 +1,71 @@
+"""Tables of results: summary statistics over seeds, Markdown and CSV.
+
+:func:`summarize` turns per-seed results into ``mean ± std`` statistics, :func:`cell` formats one as a table cell,
+:func:`markdown_table` and :func:`write_csv` write rows. The demo, the studies and the sweep report through these.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..fileio import atomic_write
+
+__all__ = ["cell", "format_value", "markdown_table", "summarize", "write_csv"]
+
+
+def summarize(runs: Sequence[Mapping[str, Mapping[str, float]]], models: Sequence[str],
+              metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per model and metric over runs (seeds), from ``runs[i][model][metric]``: the values, their mean and sample
+    std (``None`` for one run)."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in models:
+        out[model] = {}
+        for key in metrics:
+            values = [run[model][key] for run in runs]
+            out[model][key] = {"mean": statistics.fmean(values),
+                               "std": statistics.stdev(values) if len(values) > 1 else None, "values": values}
+    return out
+
+
+def cell(stat: Mapping[str, Any]) -> str:
+    """A summary statistic of fractions as a table cell in %: ``mean ± std`` (the mean alone for one run)."""
+    mean = 100 * stat["mean"]
+    return f"{mean:.1f}" if stat["std"] is None else f"{mean:.1f} ± {100 * stat['std']:.1f}"
+
+
+def format_value(value: Any, digits: int = 4) -> str:
+    """A table cell: floats rounded to ``digits`` significant decimals, booleans as ✓ / blank, None as blank."""
+    if isinstance(value, bool):
+        return "✓" if value else ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
+    return "" if value is None else str(value)
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                   headers: Sequence[str] | None = None) -> str:
+    """A GitHub-flavoured Markdown table of ``rows`` (missing cells blank); ``|`` in cells is escaped."""
+    headers = list(headers or columns)
+    if len(headers) != len(columns):
+        raise ValueError(f"markdown_table: {len(headers)} headers for {len(columns)} columns")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        cells = [format_value(row.get(c)).replace("|", "\\|") for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: str | Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Path:
+    """Write ``rows`` (only ``columns``, missing cells empty) as CSV with a header line, atomically."""
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+
+    return atomic_write(path, write)

@@ -1,0 +1,120 @@
+"""The schema of distillation configs (``configs/distill/*.yaml``): a :class:`~rightreasons.engine.TrainConfig`
+(the student in ``model``, the distillation data in ``data``, optimiser, evaluation, checkpoints) plus the
+``teacher`` and ``distill`` sections. A minimal e²KD config::
+
+    output_dir: runs/e2kd
+    model: {name: bcos_resnet18}
+    teacher: {checkpoint: runs/teacher/model.safetensors}
+    data: {name: waterbirds100, root: data/waterbirds, image_size: 224, batch_size: 64}
+    optim: {name: adam, lr: 1.0e-3, schedule: cosine, warmup_epochs: 5, epochs: 700}
+    distill: {temperature: 1.0, explanation_weight: 5.0, test_split: test}
+
+Plain KD is ``explanation_weight: 0``; the attention-transfer baseline ``logit_weight: 0, gt_weight: 1,
+at_weight: 1000, explanation_weight: 0``; frozen explanations ``frozen: DIR`` (a cache written by
+``rightreasons cache``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..distill.explanations import EXPLANATION_CHOICES
+from ..distill.objective import LogitLossName
+from ..engine.schema import TrainConfig
+
+ExplanationChoice = Literal[EXPLANATION_CHOICES]  # type: ignore[valid-type]
+
+__all__ = ["DistillConfig", "DistillSection", "EvalDataConfig", "TeacherConfig"]
+
+
+@dataclass
+class TeacherConfig:
+    """The teacher: a registry ``name`` (with ``checkpoint`` weights or ``pretrained``), or only ``checkpoint`` for a
+    model file written by rightreasons training (``model.safetensors``, which names its architecture)."""
+
+    name: str | None = None
+    checkpoint: str | None = None
+    pretrained: bool = False
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name is None and self.checkpoint is None:
+            raise ValueError("teacher: set teacher.name (a registered model) or teacher.checkpoint (a model file "
+                             "written by rightreasons training)")
+        if self.name is None and (self.pretrained or self.kwargs):
+            raise ValueError("teacher.pretrained and teacher.kwargs need teacher.name")
+
+
+@dataclass
+class EvalDataConfig:
+    """A validation set from another dataset than the distillation data ("data-free" KD: distil on images of one
+    dataset, evaluate on the teacher's)."""
+
+    name: str
+    root: str | None = None
+    split: str = "val"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DistillSection:
+    """The distillation objective and its data settings.
+
+    * ``temperature`` τ; ``logit_loss``: ``kd`` (softmax) or ``multilabel`` (per-class binary), ``auto`` = by data.
+    * Weights: ``logit_weight`` (KD), ``explanation_weight`` (λ of e²KD; 0 = plain KD), ``gt_weight`` (the
+      classification loss of the engine on the ground truth; 0 in the paper's e²KD), ``at_weight`` (attention transfer
+      on ``at_layers``; 1000 = the original β).
+    * ``explanation``: the explanation method compared (:mod:`rightreasons.explain.methods`, at
+      ``explanation_layer`` unless the method is input-only), ``auto`` (B-cos ``W(x)``, ``bcos_weights``, for two
+      B-cos models; GradCAM for two standard ones) or ``none``; also what the evaluation's explanation similarity
+      compares.
+    * ``frozen``: a cache directory of teacher logits and explanations (``rightreasons cache``); training then never
+      runs the teacher (it is still loaded for evaluation); ``verify_cache`` checks the shards' SHA-256 at start.
+      ``crop_fraction``: the base view the cache is computed on (:func:`rightreasons.data.base_view`).
+    * ``shots``: limited data, this many training images per class, drawn with ``shots_seed``.
+    * ``eval_data``: validate on another dataset (data-free); ``test_split``: also evaluate this split of the
+      validation dataset after training (e.g. ``test`` on Waterbirds: all four groups).
+    """
+
+    temperature: float = 1.0
+    logit_loss: LogitLossName = "auto"
+    logit_weight: float = 1.0
+    explanation_weight: float = 1.0
+    gt_weight: float = 0.0
+    at_weight: float = 0.0
+    at_layers: list[str] = field(default_factory=lambda: ["mid1", "mid2", "mid3", "final"])
+    explanation: ExplanationChoice = "auto"
+    explanation_layer: str = "final"
+    frozen: str | None = None
+    verify_cache: bool = True
+    crop_fraction: float = 1.0
+    shots: int | None = None
+    shots_seed: int = 0
+    eval_data: EvalDataConfig | None = None
+    test_split: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"distill.temperature must be > 0, got {self.temperature}")
+        for name in ("logit_weight", "explanation_weight", "gt_weight", "at_weight"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"distill.{name} must be >= 0, got {getattr(self, name)}")
+        if self.logit_weight + self.explanation_weight + self.gt_weight + self.at_weight == 0:
+            raise ValueError("distill: every loss weight is 0; nothing to train on")
+        if not 0 < self.crop_fraction <= 1:
+            raise ValueError(f"distill.crop_fraction must be in (0, 1], got {self.crop_fraction}")
+        if self.shots is not None and self.shots < 1:
+            raise ValueError(f"distill.shots must be >= 1, got {self.shots}")
+        if self.frozen is not None and self.at_weight > 0:
+            raise ValueError("distill.frozen caches logits and explanations only; attention transfer "
+                             "(at_weight > 0) needs the live teacher")
+
+
+@dataclass
+class DistillConfig(TrainConfig):
+    """A distillation run (``rightreasons distill``): the student is ``model``; ``teacher`` is required."""
+
+    output_dir: str = "runs/distill"
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    distill: DistillSection = field(default_factory=DistillSection)

@@ -1,0 +1,44 @@
+"""The command line reports the user's errors as one ``error:`` line (exit code 2) and lets bugs keep their
+traceback."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from rightreasons import cli
+from rightreasons.errors import ConfigError, RightReasonsError
+
+
+def test_user_errors_become_one_line_and_exit_code_2(tmp_path, capsys):
+    assert cli.main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rightreasons train: error: config file not found") and err.count("\n") == 1
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    def broken(args):
+        raise TypeError("a bug, not the user's fault")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: argparse.Namespace(func=broken, command="models"))
+    with pytest.raises(TypeError, match="a bug"):
+        cli.main(["models"])
+
+
+def test_every_error_class_of_the_package_is_a_user_error():
+    import rightreasons.errors as errors
+
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), RightReasonsError), name
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_unknown_names_through_the_console_script(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "rightreasons", "explain", "--model", "bcos_resnet81", "x.png",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "did you mean bcos_resnet18" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,76 @@
+"""The capability record: the one place that says what a model is, agreeing with the registry for every model, and
+what every call site reads (encoding → transforms, stages → layers, B-cos → explanation methods)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import rightreasons
+from rightreasons.data import make_sample, transforms_for
+from rightreasons.errors import UnknownNameError, UsageError
+from rightreasons.hub import GUIDANCE_LAYERS, capabilities, get_model_spec, unwrap_model
+
+
+@pytest.mark.parametrize("name", rightreasons.list_models())
+def test_every_registered_model_has_a_record_that_agrees_with_the_registry(name):
+    with torch.device("meta"):  # no arithmetic: every architecture builds in milliseconds
+        model = rightreasons.create_model(name)
+    caps = capabilities(model)
+    spec = get_model_spec(name)
+    assert caps.name == name
+    assert caps.bcos == spec.bcos
+    assert caps.encoding == ("bcos" if spec.bcos else "normalize")
+    assert caps.in_chans in (None, 6 if spec.bcos else 3)
+    assert caps.num_classes == spec.defaults.get("num_classes", 1000)
+    assert caps.xdnn == name.startswith("xdnn_")
+    assert set(caps.stages) <= set(GUIDANCE_LAYERS) - {"input"}
+    if spec.family in ("resnet", "densenet", "vgg", "convnext"):
+        assert set(caps.stages) == {"mid1", "mid2", "mid3", "final"}
+    for path in caps.stages.values():
+        model.get_submodule(path)
+
+
+def test_affine_models_say_so():
+    assert capabilities(rightreasons.create_model("bcos_simple_vit_ti_patch16_224", image_size=32, patch_size=8,
+                                                  depth=1)).affine
+    kwargs = {"image_size": 32, "patch_size": 8, "depth": 1}
+    assert capabilities(rightreasons.create_model("bcos_holistic_vit_ti", pos="embedding", **kwargs)).affine
+    assert not capabilities(rightreasons.create_model("bcos_holistic_vit_ti", **kwargs)).affine
+    assert not capabilities(rightreasons.create_model("bcos_resnet18", inplanes=8)).affine
+
+
+def test_foreign_models_are_read_off_their_structure():
+    plain = torchvision.models.resnet18(num_classes=7)
+    caps = capabilities(plain)
+    assert (caps.name, caps.bcos, caps.encoding, caps.num_classes) == ("ResNet", False, "normalize", 7)
+    assert caps.stages["mid2"] == "layer2" and caps.stages["final"] == "layer4"
+    assert capabilities(torchvision.models.densenet121()).stages["final"] == "features.norm5"
+    assert capabilities(nn.Sequential(nn.Flatten(), nn.Linear(3, 2))).stages == {}
+
+
+def test_wrappers_are_looked_through():
+    model = rightreasons.create_model("bcos_resnet18", num_classes=3, inplanes=8)
+    wrapped = torch.compile(nn.DataParallel(nn.DataParallel(model)), backend="eager")
+    assert unwrap_model(wrapped) is model
+    assert capabilities(wrapped) == capabilities(model)
+
+
+def test_transforms_for_end_in_the_model_s_encoding():
+    sample = make_sample(torch.rand(3, 40, 48), torch.tensor([1.0, 0.0]), torch.tensor([[4.0, 4.0, 20.0, 30.0]]),
+                         torch.tensor([0]), has_boxes=True, id="a")
+    bcos = transforms_for(rightreasons.create_model("bcos_resnet18", inplanes=8), 32)(sample)["image"]
+    assert bcos.shape == (6, 32, 32) and torch.allclose(bcos[:3] + bcos[3:], torch.ones(3, 32, 32))
+    standard = transforms_for(rightreasons.create_model("resnet18"), 32)(sample)["image"]
+    assert standard.shape == (3, 32, 32) and standard.min() < 0  # mean/std normalised
+
+
+def test_registry_errors_name_what_exists():
+    with pytest.raises(UnknownNameError, match="did you mean bcos_resnet18"):
+        rightreasons.create_model("bcos_resnet81")
+    with pytest.raises(UsageError, match="invalid constructor arguments.*inplanse"):
+        rightreasons.create_model("bcos_resnet18", inplanse=8)
+    with pytest.raises(UsageError, match="num_classes must be >= 1"):
+        rightreasons.create_model("bcos_resnet18", num_classes=0)

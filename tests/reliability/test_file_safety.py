@@ -1,0 +1,292 @@
+"""Safety of loaded files and of the output directory.
+
+* Checkpoints, training checkpoints and explanation caches are read without executing code: a pickle crafted to run
+  code (its ``__reduce__`` writes a marker file) is refused and the marker is never written — while the same file,
+  unpickled the unsafe way, does write it (so the payload is live).
+* YAML configs and ``key=value`` overrides are parsed safely: ``!!python/...`` tags are refused.
+* File names read from annotation files cannot leave the dataset root (``..``, absolute paths, drive letters, NUL).
+* The trainer fails before training on a read-only output directory and on a disk too small for its checkpoints.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import pickle
+import shutil
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+import rightreasons.engine.trainer as trainer_module
+from rightreasons import create_model, load_model, load_weights, tasks
+from rightreasons.config import from_dict, load_config
+from rightreasons.data import DataError, load_dataset
+from rightreasons.data.synthetic.storage import FORMAT as SYNTHETIC_FORMAT
+from rightreasons.data.synthetic.storage import VERSION as SYNTHETIC_VERSION
+from rightreasons.distill.cache import FORMAT as CACHE_FORMAT
+from rightreasons.distill.cache import VERSION as CACHE_VERSION
+from rightreasons.distill.cache import ExplanationCache
+from rightreasons.engine import TrainConfig, Trainer
+from rightreasons.errors import CacheError, CheckpointError, ConfigError, TrainingError
+from rightreasons.hub import read_state_dict
+from rightreasons.tasks import ClassificationTask
+
+
+class Payload:
+    """Unpickling this object runs ``exec`` on code that writes ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({str(self.marker)!r}, 'w').write('pwned')",)
+
+
+def crafted_checkpoint(path: Path, marker: Path, kind: str) -> Path:
+    """A checkpoint file whose unpickling writes ``marker``: a state dict with the payload beside a real tensor, nested
+    in a Lightning-style ``state_dict``, in torch's legacy (pre-1.6) format, or as a bare pickle. (A plain torch zip
+    file through ``load_weights`` is tested in tests/hub/test_weights.py.)"""
+    state = {"conv1.linear.weight": torch.zeros(1), "fc.bias": Payload(marker)}
+    if kind == "lightning":
+        torch.save({"state_dict": state, "epoch": 3}, path)
+    elif kind == "legacy":
+        torch.save(state, path, _use_new_zipfile_serialization=False)
+    else:
+        path.write_bytes(pickle.dumps(state, protocol=2))
+    return path
+
+
+
+LOADERS = {
+    "read_state_dict": read_state_dict,
+    "load_weights": lambda path: load_weights(create_model("bcos_cifar10_resnet20", num_classes=3), path),
+    "create_model": lambda path: create_model("bcos_cifar10_resnet20", checkpoint=path, num_classes=3),
+    "load_model": load_model,
+}
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize("kind", ["lightning", "legacy", "pickle"])
+def test_checkpoint_crafted_to_run_code_is_refused(tmp_path, kind, loader):
+    marker = tmp_path / "marker"
+    path = crafted_checkpoint(tmp_path / "evil.pth", marker, kind)
+    with pytest.raises(CheckpointError, match=rf"{path}: refused to load: .*construct Python objects"):
+        LOADERS[loader](path)
+    assert not marker.exists()
+    with path.open("rb") as f:  # the payload is live: unsafe loading runs it
+        torch.load(f, weights_only=False) if kind != "pickle" else pickle.load(f)
+    assert marker.read_text() == "pwned"
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A two-step training run with a checkpoint after every step (the trainer's accelerate checkpoint files);
+    single-threaded, which is fastest for this tiny model on a shared 2-core machine."""
+    folder = tmp_path_factory.mktemp("run")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tasks.run(tiny_config(folder / "run", checkpoint={"every_steps": 1, "keep_last": 1}))
+    finally:
+        torch.set_num_threads(threads)
+    return folder / "run"
+
+
+def tiny_config(output_dir: Path, **sections) -> TrainConfig:
+    return from_dict(TrainConfig, {"output_dir": str(output_dir), "cpu": True, "seed": 0,
+                                   "model": {"name": "bcos_cifar10_resnet20"},
+                                   "data": {"image_size": 32, "batch_size": 4, "eval_batch_size": 8,
+                                            "options": {"n": 8, "seed": 1}},
+                                   "optim": {"epochs": 1}, "eval": {"num_images": 0}, **sections})
+
+
+@pytest.mark.parametrize("target", ["optimizer.bin", "scheduler.bin", "random_states_0.pkl"])
+def test_training_checkpoint_crafted_to_run_code_is_refused_on_resume(finished_run, tmp_path, target):
+    """Resuming reads accelerate's files with ``weights_only=True``: a crafted optimizer or scheduler file is refused
+    (a ``CheckpointError`` naming the checkpoint, wrapping accelerate's ``pickle.UnpicklingError``) and runs nothing; a crafted RNG-state file runs nothing either,
+    but accelerate skips an unreadable one with an INFO log line and resumes (our trainer derives every random draw
+    from the seed, epoch and step, so the global RNG state does not matter)."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    (checkpoint,) = sorted((run / "checkpoints").glob("step-*"))
+    marker = tmp_path / "marker"
+    torch.save({"state": Payload(marker)}, checkpoint / target)
+    trainer = Trainer(ClassificationTask(tiny_config(run, checkpoint={"every_steps": 1, "keep_last": 1})))
+    refused = target != "random_states_0.pkl"
+    with pytest.raises(CheckpointError, match=rf"(?s){checkpoint}: cannot restore.*Unsupported global") if refused \
+            else nullcontext():
+        trainer.resume()
+    assert not marker.exists()
+
+
+def test_explanation_cache_shard_crafted_to_run_code_is_refused(tmp_path):
+    """A cache whose shard is a pickle (with a matching size and checksum in its record) is refused as corrupt: shards
+    are read with safetensors only."""
+    marker = tmp_path / "marker"
+    shard = tmp_path / "cache" / "shard-00000.safetensors"
+    shard.parent.mkdir()
+    torch.save({"explanations": Payload(marker)}, shard)
+    content = shard.read_bytes()
+    record = {"file": shard.name, "bytes": len(content), "sha256": hashlib.sha256(content).hexdigest(), "start": 0,
+              "stop": 1}
+    (shard.parent / "manifest.json").write_text(json.dumps({
+        "format": CACHE_FORMAT, "version": CACHE_VERSION, "complete": True, "num_images": 1, "ids_sha256": "",
+        "shards": [record]}))
+    with pytest.raises(CacheError, match=rf"{shard}: unreadable shard"):
+        ExplanationCache(shard.parent)
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------- YAML
+TAGS = ["!!python/object/apply:builtins.exec", "!!python/object/new:builtins.exec", "!!python/name:builtins.exec",
+        "!!python/module:os", "!!python/object:rightreasons.engine.TrainConfig"]
+
+
+@pytest.mark.parametrize("where", ["file", "override"])
+@pytest.mark.parametrize("tag", TAGS)
+def test_yaml_python_tags_are_refused(tmp_path, tag, where):
+    marker = tmp_path / "marker"
+    value = f"{tag} [\"open({str(marker)!r}, 'w').write('pwned')\"]"
+    if where == "file":
+        path = tmp_path / "evil.yaml"
+        path.write_text(f"output_dir: {value}\n")
+        with pytest.raises(ConfigError, match=rf"{path}: not valid YAML: .*could not determine a constructor"):
+            load_config(TrainConfig, path)
+    else:
+        with pytest.raises(ConfigError, match=r"override 'output_dir=.*': value is not a valid YAML scalar"):
+            load_config(TrainConfig, None, [f"output_dir={value}"])
+    assert not marker.exists()
+    if tag == TAGS[0]:  # the document is live: an unsafe loader runs it
+        yaml.unsafe_load(value)
+        assert marker.read_text() == "pwned"
+
+
+# ---------------------------------------------------------------------------------------------------------- paths
+ESCAPING = ["../outside.png", "images/../../outside.png", "{outside}", "C:\\outside.png", "..\\outside.png",
+            "a\x00b.png"]
+
+
+def image(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((24, 32, 3), 90, np.uint8)).save(path)
+    return path
+
+
+def voc_layout(root: Path, image_id: str) -> tuple[Path, str]:
+    for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    split = root / "ImageSets/Main/train.txt"
+    split.write_text(f"000001\n{image_id}\n")
+    return split, "line 2"
+
+
+def coco_layout(root: Path, file_name: str) -> tuple[Path, str]:
+    (root / "annotations").mkdir(parents=True)
+    (root / "train2014").mkdir()
+    path = root / "annotations/instances_train2014.json"
+    path.write_text(json.dumps({"images": [{"id": 9, "file_name": file_name, "height": 24, "width": 32}],
+                                "annotations": [{"id": 1, "image_id": 9, "category_id": 1, "bbox": [1, 1, 5, 5],
+                                                 "iscrowd": 0, "area": 25}],
+                                "categories": [{"id": 1, "name": "cat"}]}))
+    return path, "image 9"
+
+
+def waterbirds_layout(root: Path, file_name: str) -> tuple[Path, str]:
+    root.mkdir(parents=True)
+    with (root / "metadata.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([["img_filename", "y", "place", "split"], ["ok/a.png", 0, 0, 0], [file_name, 1, 1, 0]])
+    with (root / "boxes.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([["img_filename", "x1", "y1", "x2", "y2"], ["ok/a.png", 1, 1, 9, 9],
+                                 [file_name, 1, 1, 9, 9]])
+    return root / "metadata.csv", "line 3"
+
+
+def synthetic_layout(root: Path, file_name: str, field: str = "image") -> tuple[Path, str]:
+    root.mkdir(parents=True)
+    record = {"id": "t0", "image": "train/images/000000.png", "mask": "", "labels": [0], "boxes": [],
+              "box_labels": [], "group": 0, field: file_name}
+    path = root / "index.json"
+    path.write_text(json.dumps({"format": SYNTHETIC_FORMAT, "version": SYNTHETIC_VERSION, "name": "synthetic-birds",
+                                "classes": ["landbird", "waterbird"], "config": {}, "splits": {"train": [record]}}))
+    return path, r"splits\.train\[0\]"
+
+
+LAYOUTS = {
+    "voc2007": voc_layout,
+    "coco2014": coco_layout,
+    "waterbirds100": waterbirds_layout,
+    "synthetic-birds": synthetic_layout,
+    "synthetic-birds mask": lambda root, name: synthetic_layout(root, name, "mask"),
+}
+
+
+@pytest.mark.parametrize("name", ESCAPING, ids=["parent", "nested-parent", "absolute", "drive", "backslash", "nul"])
+@pytest.mark.parametrize("dataset", sorted(LAYOUTS))
+def test_file_names_that_leave_the_dataset_root_are_refused(tmp_path, dataset, name):
+    outside = image(tmp_path / "outside.png")  # a real file the name would reach
+    name = name.format(outside=outside)
+    root = tmp_path / "data"
+    annotation, record = LAYOUTS[dataset](root, name)
+    message = rf"{annotation}: {record}: file name .* (escapes the dataset root|contains a NUL byte)"
+    with pytest.raises(DataError, match=message):
+        load_dataset(dataset.split()[0], root, "train")
+
+
+@pytest.mark.parametrize("dataset", ["coco2014", "waterbirds100"])
+def test_nested_and_dotted_file_names_inside_the_root_are_read(tmp_path, dataset):
+    """The check refuses only what leaves the root: sub-folders and names with dots load normally."""
+    root = tmp_path / "data"
+    name = "sub.dir/x..y/..bird.png"
+    LAYOUTS[dataset](root, name)
+    folder = root / "train2014" if dataset == "coco2014" else root
+    image(folder / name)
+    image(folder / "ok/a.png")
+    samples = load_dataset(dataset, root, "train")
+    assert samples[len(samples) - 1]["image"].shape == (3, 24, 32)
+
+
+# ---------------------------------------------------------------------------------------------------------- outputs
+def test_read_only_output_directory_fails_before_training(tmp_path, monkeypatch):
+    """A read-only output directory is refused before any data or model is built. Where the tests run as root,
+    ``chmod`` does not stop writes, so the kernel's answer for a read-only directory is simulated by making
+    ``os.access`` report no write permission for it."""
+    out = tmp_path / "run"
+    out.mkdir()
+    out.chmod(0o555)
+    if os.geteuid() == 0:
+        real_access = os.access
+        monkeypatch.setattr(trainer_module.os, "access",
+                            lambda path, mode: False if Path(path) == out else real_access(path, mode))
+    try:
+        with pytest.raises(TrainingError, match=rf"output directory {out} is not writable"):
+            Trainer(ClassificationTask(tiny_config(out)))
+    finally:
+        out.chmod(0o755)
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("optim, slots", [({"name": "adam"}, 2), ({"name": "sgd", "momentum": 0.0}, 0)],
+                         ids=["adam", "sgd-without-momentum"])
+def test_disk_too_small_for_the_checkpoints_fails_before_training(tmp_path, monkeypatch, optim, slots):
+    """Free space (monkeypatched ``shutil.disk_usage``) below (weights + optimiser state) × (keep_last + 2)."""
+    model = create_model("bcos_cifar10_resnet20", num_classes=2)
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    per_checkpoint = weights + slots * sum(p.numel() * p.element_size() for p in model.parameters())
+    needed = per_checkpoint * (3 + 2)
+    usage = trainer_module.shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(trainer_module.shutil, "disk_usage", lambda path: usage._replace(free=needed - 1))
+    config = tiny_config(tmp_path / "run", optim={"epochs": 1, **optim}, checkpoint={"keep_last": 3})
+    with pytest.raises(TrainingError, match=rf"a checkpoint takes about {per_checkpoint:,} bytes .*keep_last \+ 2 = 5 "
+                                            rf".* {needed:,} bytes in all, but only {needed - 1:,} bytes are free"):
+        Trainer(ClassificationTask(config))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    monkeypatch.setattr(trainer_module.shutil, "disk_usage", lambda path: usage._replace(free=needed))
+    assert Trainer(ClassificationTask(config)).checkpoints.latest() is None
