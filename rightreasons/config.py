@@ -24,15 +24,83 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["apply_overrides", "diff_configs", "from_dict", "load_config", "merge_nested", "to_dict"]
+__all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "diff_configs", "excerpt", "expect", "from_dict",
+           "load_config", "merge_nested", "read_yaml", "to_dict"]
 
 T = TypeVar("T")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
+MAX_DEPTH = 32
+"""Deepest nesting of mappings and lists a config may have (real configs use four levels)."""
+MAX_VALUES = 100_000
+"""Most values a config may hold once its YAML aliases are expanded (a few hundred bytes of nested aliases can stand
+for billions of values, which every later traversal — validation, error messages, saving — would expand)."""
 
 #: what ``yaml.safe_load`` raises on bad input: YAMLError, and ValueError / TypeError / IndexError from its scalar
 #: constructors (e.g. for ``!!float x`` or an empty ``!!float``)
 _YAML_ERRORS = (yaml.YAMLError, ValueError, TypeError, IndexError)
+
+
+def excerpt(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: error messages quote a bad value, never all of a huge one."""
+    text = repr(value) if not isinstance(value, (list, dict)) or len(value) < 64 else \
+        f"<{type(value).__name__} of {len(value)} items>"
+    return text if len(text) <= limit else text[:limit - 4] + " ..."
+
+
+class FieldError(ValueError):
+    """A config field with a value out of its range; :func:`from_dict` prefixes the field's full key path."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
+def expect(ok: bool, key: str, value: Any, what: str) -> None:
+    """Refuse field ``key`` of a config section with :class:`FieldError` unless ``ok``; ``what`` says what was
+    expected (the message quotes an excerpt of ``value``). Called from the sections' ``__post_init__``."""
+    if not ok:
+        raise FieldError(key, f"expected {what}, got {excerpt(value)}")
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """The safe loader, refusing nesting deeper than :data:`MAX_DEPTH` (which would exhaust the recursion of the
+    parser)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(value: Any, sizes: dict[int, int | None]) -> int:
+    """Values in ``value`` with every shared (aliased) part counted each time it appears; linear in the distinct
+    parts, however large the expansion. A part that contains itself (``&a [*a]``) is refused."""
+    if not isinstance(value, (dict, list)):
+        return 1
+    if id(value) in sizes:
+        if sizes[id(value)] is None:
+            raise ConfigError("the YAML holds a value that contains itself (an alias inside its own anchor)")
+        return sizes[id(value)]
+    sizes[id(value)] = None
+    items = value.values() if isinstance(value, dict) else value
+    sizes[id(value)] = 1 + sum(_expanded_size(item, sizes) for item in items)
+    return sizes[id(value)]
+
+
+def read_yaml(text: str) -> Any:
+    """Parse YAML text safely for configs: plain data only (no Python objects), nesting at most :data:`MAX_DEPTH`
+    deep, at most :data:`MAX_VALUES` values once aliases are expanded."""
+    data = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    size = _expanded_size(data, {})
+    if size > MAX_VALUES:
+        raise ConfigError(f"the YAML holds {size:,} values once its aliases are expanded, more than {MAX_VALUES:,}")
+    return data
 
 
 def _type_name(tp: Any) -> str:
@@ -54,8 +122,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
     if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise ConfigError(f"{path}: {value!r} is not one of {_type_name(tp)}")
+        if not isinstance(value, (str, int, float, bool, type(None))) or value not in typing.get_args(tp):
+            raise ConfigError(f"{path}: {excerpt(value)} is not one of {_type_name(tp)}")
         return value
     if origin in (Union, types.UnionType):
         for option in typing.get_args(tp):
@@ -63,44 +131,44 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 return _convert(value, option, path)
             except ConfigError:
                 continue
-        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {excerpt(value)} ({type(value).__name__})")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
+            raise ConfigError(f"{path}: expected a list, got {excerpt(value)}")
         (item,) = typing.get_args(tp)[:1]
         return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{path}: expected a mapping, got {excerpt(value)}")
         _, item = typing.get_args(tp)
         return {str(k): _convert(v, item, f"{path}.{k}") for k, v in value.items()}
     if tp is type(None):
         if value is not None:
-            raise ConfigError(f"{path}: expected null, got {value!r}")
+            raise ConfigError(f"{path}: expected null, got {excerpt(value)}")
         return None
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+            raise ConfigError(f"{path}: expected true or false, got {excerpt(value)}")
         return value
     if tp is float:
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
             value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {value!r} ({type(value).__name__})")
+            raise ConfigError(f"{path}: expected a number, got {excerpt(value)} ({type(value).__name__})")
         try:
             number = float(value)
         except OverflowError:  # an int beyond the float range
             number = math.inf
         if not math.isfinite(number):  # .nan / .inf would only surface later, as NaN losses
-            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{path}: expected a finite number, got {excerpt(value)}")
         return number
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {value!r} ({type(value).__name__})")
+            raise ConfigError(f"{path}: expected an integer, got {excerpt(value)} ({type(value).__name__})")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r} ({type(value).__name__})")
+            raise ConfigError(f"{path}: expected a string, got {excerpt(value)} ({type(value).__name__})")
         return value
     raise TypeError(f"unsupported annotation {tp!r} at {path}")
 
@@ -127,6 +195,8 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
         raise ConfigError(f"{path or 'config'}: missing required keys {missing}")
     try:
         return cls(**kwargs)
+    except FieldError as e:
+        raise ConfigError(f"{f'{path}.{e.key}' if path else e.key}: {e.message}") from None
     except ValueError as e:
         raise ConfigError(f"{path or 'config'}: {e}") from e
 
@@ -164,7 +234,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key.path=value")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = read_yaml(raw) if raw.strip() else None
         except _YAML_ERRORS as e:  # malformed, or a tag such as !!python/object that the safe loader refuses
             raise ConfigError(f"override {item!r}: value is not a valid YAML scalar: {e}") from e
         _set_path(data, key.strip(), value)
@@ -179,7 +249,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = read_yaml(path.read_text(encoding="utf-8")) or {}
         except _YAML_ERRORS as e:  # UnicodeDecodeError is a ValueError
             raise ConfigError(f"{path}: not valid YAML: {e}") from e
         if not isinstance(data, dict):

@@ -5,7 +5,7 @@ over the target (``os.replace``, atomic on POSIX filesystems) and flushes the di
 ``SIGKILL`` a reader finds either the complete old file or the complete new one, never a mix. Model files, checkpoint
 states, cache shards, summaries and reports are all written through it.
 
-This module imports nothing of rightreasons.
+This module imports nothing of rightreasons but the crash-test boundaries (:mod:`rightreasons.faults`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from .faults import boundary
 
 __all__ = ["atomic_write", "fsync_path", "write_json_atomic", "write_text_atomic"]
 
@@ -42,11 +44,13 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     try:
         write(tmp)
         fsync_path(tmp)
+        boundary(f"atomic-write {path.name}: written, not renamed")
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
     fsync_path(path.parent)
+    boundary(f"atomic-write {path.name}: renamed")
     return path
 
 

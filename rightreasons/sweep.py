@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from .config import load_config, to_dict
+from .config import load_config, read_yaml, to_dict
 from .engine import TrainConfig
 from .errors import ConfigError
 from .fileio import write_text_atomic
@@ -161,7 +161,7 @@ def load_grid(path: str | Path) -> list[Run]:
     if not path.is_file():
         raise GridError(f"grid file not found: {path}")
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = read_yaml(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, ValueError) as e:
         raise GridError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(spec, Mapping):

@@ -2,7 +2,9 @@
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets ``func`` (called with the parsed
 arguments, returning an exit code). Errors caused by the user's input (:class:`~rightreasons.errors.RightReasonsError`)
-end in one ``error:`` line and exit code 2; any other exception is a bug and keeps its traceback.
+end in one ``error:`` line and exit code 2; a training stopped by ``SIGTERM``/``SIGUSR1`` after writing its checkpoint
+exits with code 75 (:data:`~rightreasons.engine.trainer.EXIT_PREEMPTED`); any other exception is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import importlib
 import sys
 
+from ..engine.trainer import EXIT_PREEMPTED, Preempted
 from ..errors import RightReasonsError
 
 __all__ = ["COMMANDS", "main"]
@@ -44,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except RightReasonsError as e:
         print(f"rightreasons {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Preempted as e:
+        print(f"rightreasons {args.command}: {e}", file=sys.stderr)
+        return EXIT_PREEMPTED
 
 
 if __name__ == "__main__":

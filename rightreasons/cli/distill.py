@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Subset
 from ..data import collate, eval_transform, load_dataset
 from ..distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
 from ..encoding import reencode
-from ..config import load_config
+from ..config import load_config, read_yaml
 from ..errors import UsageError
 from ..hub import capabilities, create_model, load_model
 from ..reporting import plot_shift_curves
@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--frozen", type=Path, metavar="DIR", help="train on the cached teacher outputs in DIR "
                                                               "(same as distill.frozen=DIR)")
     p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
-                   help="continue from the newest complete checkpoint of output_dir (or the one given)")
+                   help="continue from the newest intact checkpoint of output_dir (or the one given); "
+                        "starts from the beginning when there is none yet, so one command line serves the first "
+                        "start and every requeue")
     p.set_defaults(func=run_distill)
 
     p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image")
@@ -117,7 +119,7 @@ def _parse_options(items: list[str]) -> dict[str, object]:
         if not sep or not key:
             raise UsageError(f"--option {item!r} is not of the form KEY=VALUE")
         try:
-            options[key] = yaml.safe_load(value)
+            options[key] = read_yaml(value)
         except yaml.YAMLError as e:
             raise UsageError(f"--option {item!r}: the value is not a valid YAML scalar: {e}") from e
     return options

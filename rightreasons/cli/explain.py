@@ -12,13 +12,13 @@ import argparse
 from pathlib import Path
 
 import torch
-from PIL import Image, UnidentifiedImageError
 from matplotlib.image import imsave
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
 from ..encoding import AddInverse
-from ..errors import DataError, UsageError
+from ..data.io import open_image
+from ..errors import UsageError
 from ..explain import explain, save_explanation, to_rgba
 from ..explain.visualize import contribution_limits
 from ..hub import capabilities, create_model, load_model
@@ -68,14 +68,7 @@ def load_images(paths: list[Path], size: int) -> Tensor:
         raise UsageError(f"--size must be positive, got {size}")
     transform = v2.Compose([v2.ToImage(), v2.Resize(size, antialias=True), v2.CenterCrop(size),
                             v2.ToDtype(torch.float32, scale=True), AddInverse()])
-    images = []
-    for path in paths:
-        try:
-            with Image.open(path) as image:
-                images.append(transform(image.convert("RGB")))
-        except (OSError, UnidentifiedImageError) as e:
-            raise DataError(f"cannot read image {path}: {e}") from e
-    return torch.stack(images)
+    return torch.stack([transform(open_image(path)) for path in paths])
 
 
 def _output_stems(paths: list[Path]) -> list[str]:

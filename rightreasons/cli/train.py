@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p = subparsers.add_parser(name, help=help_text)
         _add_common(p)
         p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
-                       help="continue from the newest complete checkpoint of output_dir (or the one given)")
+                       help="continue from the newest intact checkpoint of output_dir (or the one given); "
+                        "starts from the beginning when there is none yet, so one command line serves the first "
+                        "start and every requeue")
         p.set_defaults(func=run_train, guided=name == "guide")
     p = subparsers.add_parser("evaluate", help="evaluate a trained model on a split and write all metrics as JSON")
     _add_common(p)

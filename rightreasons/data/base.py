@@ -25,7 +25,7 @@ from .annotations import select_annotated
 from ..boxes import dilate_boxes
 from .box_policy import BOX_POLICIES, check_boxes
 from .errors import DataError, where
-from .io import read_image, read_mask
+from .io import MAX_PIXELS, inside_root, read_image, read_mask
 from .sample import make_sample
 
 __all__ = ["AnnotatedDataset", "Records"]
@@ -90,6 +90,8 @@ class AnnotatedDataset(Dataset):
       seed (limited annotations, docs/science.md, model guidance); the others get ``has_boxes=False`` and no boxes.
     * ``box_dilation``: coarse boxes — every side moves out by this fraction of the box size, clipped to the image.
     * ``box_policy``: ``"error"``, ``"clip"`` or ``"drop"`` for invalid boxes (see :data:`BOX_POLICIES`).
+    * ``max_pixels``: images with more pixels are refused before decoding (:data:`~rightreasons.data.io.MAX_PIXELS`);
+      ``None`` lifts the limit.
 
     ``group_names`` (set by the loader, not an option) name the values of ``records.groups`` (e.g. Waterbirds' G1–G4).
     """
@@ -97,7 +99,8 @@ class AnnotatedDataset(Dataset):
     def __init__(self, records: Records, classes: Sequence[str], *, name: str, split: str,
                  image_root: str | os.PathLike | None = None, transform: Callable[[dict], dict] | None = None,
                  annotated_fraction: float = 1.0, annotation_seed: int = 0, box_dilation: float = 0.0,
-                 box_policy: str = "clip", group_names: Sequence[str] | None = None) -> None:
+                 box_policy: str = "clip", max_pixels: int | None = MAX_PIXELS,
+                 group_names: Sequence[str] | None = None) -> None:
         if box_policy not in BOX_POLICIES:
             raise ValueError(f"unknown box_policy {box_policy!r}; expected one of {', '.join(BOX_POLICIES)}")
         if box_dilation < 0:
@@ -117,6 +120,9 @@ class AnnotatedDataset(Dataset):
         self.transform = transform
         self.box_policy = box_policy
         self.box_dilation = float(box_dilation)
+        if max_pixels is not None and max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1 or None, got {max_pixels}")
+        self.max_pixels = max_pixels
         self.annotated = select_annotated(len(records), annotated_fraction, annotation_seed)
 
     # ---- metadata ---------------------------------------------------------------------------------------------
@@ -169,14 +175,17 @@ class AnnotatedDataset(Dataset):
         return str(self.image_root / self.records.files[index])
 
     def load_image(self, index: int) -> Tensor:
-        """uint8 or float ``[3, H, W]`` image of sample ``index``."""
-        return read_image(self.source(index))
+        """uint8 or float ``[3, H, W]`` image of sample ``index`` (inside the image root, at most ``max_pixels``)."""
+        path = inside_root(self.source(index), self.image_root, f"record {index} (id {self.records.ids[index]})")
+        return read_image(path, self.max_pixels)
 
     def load_mask(self, index: int) -> Tensor | None:
         """uint8 ``[H, W]`` segmentation of sample ``index`` or None."""
         if self.records.mask_files is None or not self.records.mask_files[index]:
             return None
-        return read_mask(self.image_root / self.records.mask_files[index])
+        path = self.image_root / self.records.mask_files[index]
+        return read_mask(inside_root(path, self.image_root, f"record {index} (id {self.records.ids[index]})"),
+                         self.max_pixels)
 
     def guidance_boxes(self, index: int, boxes: np.ndarray, box_labels: np.ndarray,
                        canvas_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

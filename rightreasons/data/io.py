@@ -1,9 +1,17 @@
-"""Reading annotation text, images and segmentation masks from disk, with errors that name the file, and the check
-that keeps file names read from annotation files inside the dataset root."""
+"""Reading annotation text, images and segmentation masks from disk, with errors that name the file, and the checks
+that keep what a dataset reads inside its root.
+
+* File names read from annotation files must be relative and free of ``..`` (:func:`relative_path`), and the file
+  they name, with every symbolic link resolved, must lie inside the dataset's directory (:func:`inside_root`): a
+  symlink inside the dataset that points elsewhere is refused (link the dataset directory itself instead).
+* Images larger than :data:`MAX_PIXELS` (or the limit given) are refused from their header, before any pixel is
+  decoded: a 17 kB PNG can declare 12000 × 12000 pixels and cost gigabytes once decoded.
+"""
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path, PureWindowsPath
 
 import numpy as np
@@ -13,7 +21,11 @@ from torch import Tensor
 
 from .errors import DataError
 
-__all__ = ["read_image", "read_mask", "read_text", "relative_path", "require_dir", "require_file"]
+__all__ = ["MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask", "read_text", "relative_path",
+           "require_dir", "require_file"]
+
+MAX_PIXELS = 40_000_000
+"""Default largest image (width × height) a dataset or command reads: 40 megapixels."""
 
 
 def require_file(path: str | os.PathLike, what: str) -> Path:
@@ -61,26 +73,56 @@ def relative_path(name: object, source: str) -> str:
     return name
 
 
-def read_image(path: str | os.PathLike) -> Tensor:
-    """Decode a JPEG/PNG/... with PIL into uint8 ``[3, H, W]`` RGB (grey, palette and CMYK images are converted)."""
+def inside_root(path: str | os.PathLike, root: str | os.PathLike, source: str) -> Path:
+    """``path`` unchanged, after checking that it resolves (symbolic links followed) to a place inside ``root``;
+    otherwise a :class:`DataError` naming ``source``, the path and where it leads."""
+    real, real_root = Path(path).resolve(), Path(root).resolve()
+    if not real.is_relative_to(real_root):
+        raise DataError(f"{source}: {path} resolves to {real}, outside the dataset directory {real_root}; symbolic "
+                        "links may not point out of a dataset (link the dataset directory itself instead)")
+    return Path(path)
+
+
+def open_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS, mode: str = "RGB") -> Image.Image:
+    """Decode an image file with PIL, converted to ``mode`` (grey, palette and CMYK images become RGB by default).
+
+    An image of more than ``max_pixels`` pixels (``None``: no limit but PIL's own) is refused from its header, before
+    decoding, with a :class:`DataError` naming the file; so is anything PIL cannot decode."""
     path = require_file(path, "image file")
     try:
-        with Image.open(path) as img:
-            array = np.asarray(img.convert("RGB"))
+        with warnings.catch_warnings():  # PIL's own bomb warning: the limit below is stricter
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(path)
+        with img:
+            width, height = img.size
+            if max_pixels is not None and width * height > max_pixels:
+                raise DataError(f"{path}: the image has {width} × {height} = {width * height:,} pixels, more than the "
+                                f"limit of {max_pixels:,} (data.options.max_pixels); resize it or raise the limit")
+            return img.convert(mode)
+    except DataError:
+        raise
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as e:
         raise DataError(f"{path}: cannot decode image: {e}") from e
+
+
+def read_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> Tensor:
+    """An image file as uint8 ``[3, H, W]`` RGB (:func:`open_image`)."""
+    array = np.asarray(open_image(path, max_pixels))
     return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
 
 
-def read_mask(path: str | os.PathLike) -> Tensor:
+def read_mask(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> Tensor:
     """Read a single-channel (greyscale or palette) PNG as uint8 ``[H, W]`` of stored values (palette indices for
-    VOC's ``SegmentationClass``)."""
+    VOC's ``SegmentationClass``); at most ``max_pixels`` pixels, checked before decoding."""
     path = require_file(path, "segmentation mask")
     try:
         with Image.open(path) as img:
             if img.mode not in ("P", "L"):
                 raise DataError(f"{path}: segmentation mask has mode {img.mode!r}; expected a single-channel "
                                 "palette ('P') or greyscale ('L') PNG of class indices")
+            if max_pixels is not None and img.width * img.height > max_pixels:
+                raise DataError(f"{path}: the mask has {img.width} × {img.height} pixels, more than the limit of "
+                                f"{max_pixels:,} (data.options.max_pixels)")
             return torch.from_numpy(np.array(img, dtype=np.uint8))
-    except (UnidentifiedImageError, OSError) as e:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError) as e:
         raise DataError(f"{path}: cannot decode segmentation mask: {e}") from e

@@ -29,10 +29,12 @@ process ``s mod world_size``). Batches never cross shard boundaries, so a resume
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -108,17 +110,35 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _require(record: Any, keys: Sequence[str], where: str | Path) -> None:
+    """Refuse a manifest entry that is not a mapping holding ``keys`` (a :class:`CacheError` naming the key)."""
+    if not isinstance(record, Mapping):
+        raise CacheError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    missing = [k for k in keys if k not in record]
+    if missing:
+        raise CacheError(f"{where}: missing key {missing[0]!r} (written by another version, or edited); rewrite the "
+                         "cache with `rightreasons cache`")
+
+
 def _mismatch(found: Mapping[str, Any], expected: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
     return diff_configs({k: found.get(k) for k in keys}, {k: expected.get(k) for k in keys})
 
 
 # ---------------------------------------------------------------------------------------------------------- writing
-def _probe_shard_size(explainer: Explainer, dataset: Any, device: torch.device, target_bytes: int) -> int:
-    """Images per shard so that a shard holds about ``target_bytes`` (one image is explained to learn the shape)."""
+def _bytes_per_image(explainer: Explainer, dataset: Any, device: torch.device) -> int:
+    """What one image costs in a shard (float16 map, float32 logits and scale); one image is explained to learn the
+    shapes."""
     batch = collate([dataset[0]])
     logits, explanations = explainer(batch["image"].to(device))
-    per_image = explanations[0].numel() * 2 + logits.shape[1] * 4 + 4
-    return max(1, target_bytes // per_image)
+    return explanations[0].numel() * 2 + logits.shape[1] * 4 + 4
+
+
+def _check_free_space(root: Path, images: int, per_image: int) -> None:
+    """Refuse to start when the shards still to write do not fit on the disk (with 5 % headroom)."""
+    needed, free = int(1.05 * images * per_image), shutil.disk_usage(root).free
+    if needed > free:
+        raise CacheError(f"not enough free disk space in {root}: the {images:,} images still to cache need about "
+                         f"{needed:,} bytes ({per_image:,} per image), but only {free:,} are free")
 
 
 def _explain_rows(explainer: Explainer, dataset: Any, rows: range, batch_size: int,
@@ -210,8 +230,9 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
         if existing.get("complete"):
             return manifest_path
         shard_size = int(existing["shard_size"])
-    elif shard_size is None:
-        shard_size = _probe_shard_size(explainer, dataset, device, target_shard_bytes)
+    per_image = _bytes_per_image(explainer, dataset, device)
+    if existing is None and shard_size is None:
+        shard_size = max(1, target_shard_bytes // per_image)
     if shard_size < 1:
         raise ValueError(f"write_cache: shard_size must be >= 1, got {shard_size}")
     num_shards = math.ceil(len(ids) / shard_size)
@@ -221,6 +242,8 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(".*.tmp"):  # temporary files of a killed writer
             stale.unlink()
+        missing = [s for s in range(num_shards) if not _finished(root, s)]
+        _check_free_space(root, sum(min(len(ids), (s + 1) * shard_size) - s * shard_size for s in missing), per_image)
         if existing is None:
             write_json_atomic(manifest_path, header)
     barrier()
@@ -232,7 +255,14 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
             if shard_ids != ids[rows.start:rows.stop]:
                 raise CacheError(f"{root}: dataset returned ids {shard_ids[:3]}... for rows {rows.start}–"
                                  f"{rows.stop - 1}, expected {ids[rows.start:rows.start + 3]}...")
-            _write_shard(root, s, rows, maps, scales, logits, shard_ids)
+            try:
+                _write_shard(root, s, rows, maps, scales, logits, shard_ids)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                raise CacheError(f"the disk holding {root} is full: shard {s} could not be written ({e}). The shards "
+                                 "written so far are kept; free some space and rerun the same command to "
+                                 "finish the cache") from e
         if progress is not None:
             progress(done, len(mine))
     barrier()
@@ -272,6 +302,12 @@ class ExplanationCache(Mapping[str, Tensor]):
         if not manifest.get("complete"):
             raise CacheError(f"{self.root}: the cache is incomplete (its writing was interrupted); rerun the same "
                              "`rightreasons cache` command to finish it")
+        _require(manifest, ("shards", "num_images", "ids_sha256", "explanation_shape", "num_classes", *SETTING_KEYS),
+                 path)
+        if not isinstance(manifest["shards"], list):
+            raise CacheError(f"{path}: 'shards' must be a list of shard records")
+        for i, record in enumerate(manifest["shards"]):
+            _require(record, ("file", "start", "stop", "sha256", "bytes"), f"{path}: shards[{i}]")
         self.manifest = manifest
         self.shards: list[dict[str, Any]] = manifest["shards"]
         ids: list[str] = []

@@ -1,42 +1,117 @@
-"""Atomic, resumable training checkpoints on top of ``accelerator.save_state``.
+"""Training checkpoints that survive a kill at any moment and are verified before they are used.
 
 Layout under ``<output_dir>/checkpoints``::
 
-    step-000120/            a complete checkpoint (model.safetensors, optimizer.bin, scheduler.bin,
-        trainer_state.json  random_states_<rank>.pkl from accelerate, plus our JSON trainer state)
-    .tmp-step-000150/       a checkpoint being written: never read, removed at the next start
+    step-000120/            a checkpoint: accelerate's files (model.safetensors, optimizer.bin, scheduler.bin,
+        trainer_state.json  random_states_<rank>.pkl), our JSON trainer state, and last of all
+        manifest.json       the SHA-256 and size of every other file: the completeness marker
+    .tmp-step-000150/       a checkpoint being written
+    .trash-step-000090-*/   a checkpoint being deleted
 
-Every process writes its part into the temporary directory (accelerate saves one RNG file per process); once all have
-finished, the main process writes ``trainer_state.json`` last and renames the directory into place. A rename is atomic,
-so a directory with a final name is always complete and a crash mid-write leaves only a ``.tmp-`` directory behind.
+The protocol:
 
-Retention keeps the last ``keep_last`` checkpoints plus any the caller protects (the Pareto front, the best-F1 one).
-Our own state is JSON (no pickles); accelerate reads its files with ``weights_only=True``.
+* **Writing.** Every process writes its part into ``.tmp-step-N``; then the main process writes the trainer state
+  and, last, the manifest (atomically, fsync'ed), and renames the directory into place (atomic). Only then is anything
+  older deleted (prune). Should ``step-N`` already exist, it is first renamed to ``.trash-…`` — there is no moment at
+  which neither a complete ``step-N`` nor a complete ``.tmp-step-N`` exists.
+* **Deleting.** The manifest is removed first, so a half-deleted directory never looks complete.
+* **Starting.** A ``.tmp-`` directory whose manifest verifies (the writer died between finishing it and renaming it)
+  is promoted, never deleted; any other ``.tmp-`` or ``.trash-`` directory is removed.
+* **Resuming.** :meth:`CheckpointManager.newest_verified` checks the newest checkpoint's files against its manifest
+  and falls back to the newest one that verifies, with a warning naming what was wrong with the newer ones; when none
+  verifies, :class:`~rightreasons.errors.CheckpointError` lists every candidate and its defect. A flipped bit, a
+  truncated or swapped file, an edited trainer state or a missing file is detected before anything is loaded.
+
+Every step of the protocol is a named crash-test boundary (:func:`rightreasons.faults.boundary`). Our own state is
+JSON (no pickles); accelerate reads its files with ``weights_only=True``.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import pickle
 import re
 import shutil
+import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
 from accelerate import Accelerator
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, TrainingError
+from ..faults import boundary
 from ..fileio import fsync_path, write_json_atomic
 
-__all__ = ["CheckpointManager", "STATE_FILE"]
+__all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE"]
 
 STATE_FILE = "trainer_state.json"
+MANIFEST = "manifest.json"
+FORMAT = "rightreasons-checkpoint"
 _NAME = re.compile(r"^step-(\d+)$")
+_HASH_CHUNK = 1 << 22
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def _defect(directory: Path) -> str | None:
+    """Why ``directory`` is not a complete, intact checkpoint, or ``None`` when its files match its manifest."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        return f"no {MANIFEST} (incomplete: written or deleted only in part)"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        listed = manifest["files"]
+        if manifest.get("format") != FORMAT or not isinstance(listed, dict):
+            raise ValueError(f"not a {FORMAT} manifest")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable {MANIFEST} ({type(e).__name__}: {e})"
+    if STATE_FILE not in listed:
+        return f"{MANIFEST} lists no {STATE_FILE}"
+    for name, record in listed.items():
+        file = directory / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != record.get("bytes"):
+            return (f"{name} has {file.stat().st_size} bytes, the manifest says {record.get('bytes')} "
+                    "(truncated or replaced)")
+        if _sha256(file) != record.get("sha256"):
+            return f"{name} does not match its SHA-256 in the manifest (corrupted or replaced)"
+    return None
+
+
+def _remove(directory: Path) -> None:
+    """Delete a checkpoint directory so that it never looks complete on the way: the manifest goes first."""
+    marker = directory / MANIFEST
+    if marker.exists():
+        marker.unlink()
+        fsync_path(directory)
+        boundary("checkpoint: manifest removed, directory not yet")
+    shutil.rmtree(directory)
+    boundary("checkpoint: directory removed")
 
 
 class CheckpointManager:
-    """Writes, lists, prunes and restores the checkpoints of one training run."""
+    """Writes, verifies, prunes and restores the checkpoints of one training run.
+
+    Args:
+        root: the checkpoint directory (``<output_dir>/checkpoints``).
+        accelerator: the run's accelerator (every process calls :meth:`save` and :meth:`load`).
+        keep_last: how many of the newest checkpoints to keep, besides the protected ones.
+    """
 
     def __init__(self, root: str | Path, accelerator: Accelerator, keep_last: int = 2) -> None:
         if keep_last < 1:
@@ -46,51 +121,119 @@ class CheckpointManager:
         self.keep_last = keep_last
         if accelerator.is_main_process:
             self.root.mkdir(parents=True, exist_ok=True)
-            for stale in self.root.glob(".tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
+            self._recover()
         accelerator.wait_for_everyone()
+
+    def _recover(self) -> None:
+        """Promote complete ``.tmp-`` checkpoints whose final name is free; remove other leftovers of a crash."""
+        for leftover in sorted(self.root.glob(".tmp-*")):
+            final = self.root / leftover.name.removeprefix(".tmp-")
+            if _NAME.match(final.name) and not final.exists() and _defect(leftover) is None:
+                os.replace(leftover, final)
+                fsync_path(self.root)
+            else:
+                shutil.rmtree(leftover)
+        for leftover in self.root.glob(".trash-*"):
+            shutil.rmtree(leftover)
 
     @staticmethod
     def name_for(step: int) -> str:
         return f"step-{step:06d}"
 
     def complete(self) -> list[Path]:
-        """Complete checkpoints, oldest first (by step)."""
+        """Checkpoints holding a manifest (not yet verified), oldest first (by step)."""
+        if not self.root.is_dir():
+            return []
         found = [(int(m.group(1)), p) for p in self.root.iterdir() if p.is_dir() and (m := _NAME.match(p.name))
-                 and (p / STATE_FILE).is_file()] if self.root.is_dir() else []
+                 and (p / MANIFEST).is_file()]
         return [p for _, p in sorted(found)]
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint, or ``None``."""
+        """The newest checkpoint holding a manifest, or ``None``."""
         done = self.complete()
         return done[-1] if done else None
 
+    def newest_verified(self) -> Path | None:
+        """The newest checkpoint whose files match its manifest; ``None`` when there is no checkpoint at all.
+
+        Newer checkpoints that fail verification are skipped with a warning naming their defect; when every one
+        fails, :class:`~rightreasons.errors.CheckpointError` lists each with its defect.
+        """
+        candidates = sorted((p for p in self.root.iterdir() if p.is_dir() and _NAME.match(p.name)),
+                            key=lambda p: int(_NAME.match(p.name).group(1)), reverse=True) \
+            if self.root.is_dir() else []
+        defects = []
+        for path in candidates:
+            defect = _defect(path)
+            if defect is None:
+                if defects:
+                    warnings.warn(f"resuming from {path.name}, the newest intact checkpoint; skipped "
+                                  + "; ".join(defects), stacklevel=2)
+                return path
+            defects.append(f"{path.name}: {defect}")
+        if defects:
+            raise CheckpointError(f"no intact checkpoint in {self.root}: " + "; ".join(defects))
+        return None
+
     def save(self, step: int, state: dict[str, Any], protect: Iterable[str] = ()) -> Path:
-        """Save accelerator state plus the JSON ``state`` as checkpoint ``step``; then prune. Call on all processes."""
+        """Save accelerator state plus the JSON ``state`` as checkpoint ``step``; then prune. Call on all processes.
+
+        A full disk ends the run with :class:`~rightreasons.errors.TrainingError` saying which checkpoint is the
+        newest complete one (nothing is lost) and how to resume.
+        """
         name = self.name_for(step)
         final, tmp = self.root / name, self.root / f".tmp-{name}"
+        try:
+            self._write(tmp, state)
+            if self.accelerator.is_main_process:
+                self._promote(tmp, final)
+                self.prune(set(protect) | {name})
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            if self.accelerator.is_main_process and tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+            newest = self.latest()
+            raise TrainingError(
+                f"the disk holding {self.root} is full: checkpoint {name} could not be written ({e}). Nothing was "
+                f"lost: the newest complete checkpoint is {newest.name if newest else 'none yet'}. Free some space "
+                "(or lower checkpoint.keep_last / keep_front) and run the same command with --resume") from e
+        self.accelerator.wait_for_everyone()
+        return final
+
+    def _write(self, tmp: Path, state: dict[str, Any]) -> None:
         if self.accelerator.is_main_process and tmp.exists():
             shutil.rmtree(tmp)
         self.accelerator.wait_for_everyone()
         self.accelerator.save_state(str(tmp))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
+            boundary("checkpoint: accelerator state written")
             write_json_atomic(tmp / STATE_FILE, state)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            fsync_path(self.root)
-            self.prune(set(protect) | {name})
-        self.accelerator.wait_for_everyone()
-        return final
+            files = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in _files(tmp)}
+            write_json_atomic(tmp / MANIFEST, {"format": FORMAT, "version": 1, "step": state.get("step"),
+                                               "files": files})
+
+    def _promote(self, tmp: Path, final: Path) -> None:
+        trash = None
+        if final.exists():
+            trash = self.root / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
+            os.replace(final, trash)
+            boundary("checkpoint: old copy moved aside")
+        os.replace(tmp, final)
+        fsync_path(self.root)
+        boundary("checkpoint: renamed into place")
+        if trash is not None:
+            _remove(trash)
 
     def prune(self, protect: set[str]) -> None:
-        """Delete complete checkpoints that are neither among the last ``keep_last`` nor protected."""
+        """Delete checkpoints that are neither among the last ``keep_last`` nor protected (newest first kept)."""
         done = self.complete()
         keep = {p.name for p in done[-self.keep_last:]} | protect
         for p in done:
             if p.name not in keep:
-                shutil.rmtree(p, ignore_errors=True)
+                _remove(p)
+        boundary("checkpoint: pruned")
 
     def read_state(self, path: str | Path) -> dict[str, Any]:
         """The JSON trainer state of checkpoint ``path`` (without restoring anything)."""
@@ -99,7 +242,7 @@ class CheckpointManager:
             raise CheckpointError(f"{path} is not a complete checkpoint (no {STATE_FILE}); "
                                   f"complete ones: {[p.name for p in self.complete()]}")
         try:
-            state = json.loads(state_file.read_text())
+            state = json.loads(state_file.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CheckpointError(f"{state_file}: unreadable trainer state ({type(e).__name__}: {e})") from e
         if not isinstance(state, dict):
@@ -107,7 +250,12 @@ class CheckpointManager:
         return state
 
     def load(self, path: str | Path) -> dict[str, Any]:
-        """Restore model/optimizer/scheduler/RNG state from ``path`` and return its JSON trainer state."""
+        """Verify checkpoint ``path`` against its manifest, restore model/optimizer/scheduler/RNG state from it and
+        return its JSON trainer state."""
+        path = Path(path)
+        defect = _defect(path)
+        if defect is not None:
+            raise CheckpointError(f"{path}: {defect}")
         state = self.read_state(path)
         try:
             self.accelerator.load_state(str(path))

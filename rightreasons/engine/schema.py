@@ -1,6 +1,7 @@
 """The schema of training, guidance and evaluation configs (YAML files under ``configs/``).
 
-Every key is documented here; :func:`rightreasons.config.load_config` refuses unknown keys and wrong types.
+Every key is documented here; :func:`rightreasons.config.load_config` refuses unknown keys, wrong types and values
+out of range (each section's ``__post_init__`` says which), before any work starts.
 A minimal guidance config::
 
     output_dir: runs/voc-energy
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..classification import ClassificationLossName
+from ..config import expect
 from ..explain.methods import MapMethodName
 from ..guidance.losses import GuidanceReduction, LossName
 from .optim import OptimizerName, ScheduleName
@@ -32,6 +34,11 @@ class ModelConfig:
     pretrained: bool = False
     checkpoint: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        expect(bool(self.name.strip()), "name", self.name, "a registered model name")
+        expect(self.checkpoint is None or bool(self.checkpoint.strip()), "checkpoint", self.checkpoint,
+               "a file path or null")
 
 
 @dataclass
@@ -52,10 +59,16 @@ class DataConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.annotated_fraction <= 1.0:
-            raise ValueError(f"data.annotated_fraction must be in [0, 1], got {self.annotated_fraction}")
-        if self.batch_size < 1 or self.eval_batch_size < 1 or self.image_size < 8:
-            raise ValueError("data.batch_size and data.eval_batch_size must be >= 1 and data.image_size >= 8")
+        expect(bool(self.name.strip()), "name", self.name, "a dataset name")
+        expect(self.root is None or bool(self.root.strip()), "root", self.root, "a directory or null")
+        expect(0.0 <= self.annotated_fraction <= 1.0, "annotated_fraction", self.annotated_fraction,
+               "a fraction in [0, 1]")
+        expect(self.image_size >= 8, "image_size", self.image_size, "an integer >= 8")
+        expect(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        expect(self.eval_batch_size >= 1, "eval_batch_size", self.eval_batch_size, "an integer >= 1")
+        expect(self.num_workers >= 0, "num_workers", self.num_workers, "an integer >= 0")
+        expect(len(self.crop_scale) == 2 and 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1, "crop_scale",
+               self.crop_scale, "[smallest, largest] area fractions with 0 < smallest <= largest <= 1")
 
 
 @dataclass
@@ -74,8 +87,15 @@ class OptimConfig:
     max_grad_norm: float | None = None
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.grad_accumulation < 1:
-            raise ValueError("optim.epochs and optim.grad_accumulation must be >= 1")
+        expect(self.lr > 0, "lr", self.lr, "a learning rate > 0")
+        expect(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
+        expect(0 <= self.momentum < 1, "momentum", self.momentum, "a number in [0, 1)")
+        expect(self.warmup_epochs >= 0, "warmup_epochs", self.warmup_epochs, "a number of epochs >= 0")
+        expect(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
+        expect(self.grad_accumulation >= 1, "grad_accumulation", self.grad_accumulation, "an integer >= 1")
+        expect(self.agc in ("auto", None) or self.agc > 0, "agc", self.agc, "a clip factor > 0, 'auto' or null")
+        expect(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm,
+               "a norm > 0 or null")
 
 
 @dataclass
@@ -99,6 +119,12 @@ class GuidanceConfig:
     reduction: GuidanceReduction = "mean_annotated"
     intgrad_steps: int = 20
 
+    def __post_init__(self) -> None:
+        expect(bool(self.layer.strip()), "layer", self.layer, "a layer name (input, mid1-mid3, final or a module path)")
+        expect(self.weight >= 0, "weight", self.weight, "a loss weight >= 0")
+        expect(self.dilation >= 0, "dilation", self.dilation, "a fraction >= 0 (0.1 = 10 %)")
+        expect(self.intgrad_steps >= 1, "intgrad_steps", self.intgrad_steps, "an integer >= 1")
+
 
 @dataclass
 class EvalConfig:
@@ -111,13 +137,28 @@ class EvalConfig:
     num_images: int = 4
     localization: bool = True
 
+    def __post_init__(self) -> None:
+        expect(self.every_epochs >= 1, "every_epochs", self.every_epochs, "an integer >= 1")
+        expect(self.layer is None or bool(self.layer.strip()), "layer", self.layer, "a layer name or null")
+        expect(0 <= self.iou_threshold <= 1, "iou_threshold", self.iou_threshold, "a threshold in [0, 1]")
+        expect(self.num_images >= 0, "num_images", self.num_images, "an integer >= 0")
+
 
 @dataclass
 class CheckpointConfig:
-    """Checkpoint frequency and retention (the last ``keep_last`` plus the Pareto front and the best-F1 one)."""
+    """Checkpoint frequency and retention: the last ``keep_last``, the best one and the Pareto front's (all of them,
+    or the ``keep_front`` with the highest scores). ``every_steps``: also checkpoint every that many steps within an
+    epoch (the end of every epoch is always checkpointed)."""
 
     keep_last: int = 2
+    keep_front: int | None = None
     every_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        expect(self.keep_last >= 1, "keep_last", self.keep_last, "an integer >= 1")
+        expect(self.keep_front is None or self.keep_front >= 0, "keep_front", self.keep_front, "an integer >= 0 or null")
+        expect(self.every_steps is None or self.every_steps >= 1, "every_steps", self.every_steps,
+               "an integer >= 1 or null")
 
 
 @dataclass
@@ -137,3 +178,8 @@ class TrainConfig:
     guidance: GuidanceConfig = field(default_factory=GuidanceConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def __post_init__(self) -> None:
+        expect(bool(self.output_dir.strip()), "output_dir", self.output_dir, "a directory path")
+        expect(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "an integer >= 1 or null")
+        expect(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")

@@ -16,9 +16,15 @@ fixed points, in this order, and at no other time:
 
 Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch. Reproducible and
 resumable: the epoch's sample order depends on ``(seed, epoch)``, augmentation on ``(seed, epoch, sample id)`` and
-each step's randomness on ``(seed, step)``; checkpoints (``accelerator.save_state`` + JSON trainer state, written
-atomically) record the position inside the epoch, so ``resume=True`` continues mid-epoch and ends with the same
-weights as an uninterrupted run.
+each step's randomness on ``(seed, step)``; checkpoints (:mod:`rightreasons.engine.checkpointing`: verified against
+their manifest) record the position inside the epoch, the validation history, the Pareto front and how much of
+``metrics.jsonl`` had been written, so a run resumed at any point ends with the same weights, the same
+``summary.json`` (but its wall-clock ``seconds`` and ``provenance``) and the same ``metrics.jsonl`` as an
+uninterrupted one.
+
+Every step is checkpointed at most once: a step that ends an epoch, or the run, is saved after its validation, never
+before it. ``SIGTERM`` or ``SIGUSR1`` (what schedulers send before they kill a job) make the run finish its current
+step, write a checkpoint and stop with :class:`Preempted`; the command line exits with :data:`EXIT_PREEMPTED`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import time
 import warnings
 from collections.abc import Callable
@@ -46,6 +53,7 @@ from ..data import collate, eval_transform, train_transform
 from ..errors import TrainingError
 from ..evaluation import Evaluator, evaluate
 from ..explain import explain, save_explanation
+from ..faults import boundary
 from ..fileio import write_json_atomic
 from ..hub import capabilities, save_model, unwrap_model
 from ..metrics import ParetoTracker
@@ -56,9 +64,22 @@ from .optim import build_optimizer, build_scheduler, clip_gradients
 from .provenance import provenance
 from .schema import OptimConfig, TrainConfig
 
-__all__ = ["Step", "Task", "Trainer", "train"]
+__all__ = ["EXIT_PREEMPTED", "Preempted", "Step", "Task", "Trainer", "train"]
 
 MAX_BAD_STEPS = 3
+EXIT_PREEMPTED = 75
+"""Exit code of a run stopped by ``SIGTERM``/``SIGUSR1`` after writing its checkpoint (``EX_TEMPFAIL``: try again;
+a requeued job continues with ``--resume``)."""
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Preempted(Exception):
+    """The run received a pre-emption signal, finished its step and wrote checkpoint :attr:`checkpoint`."""
+
+    def __init__(self, checkpoint: Path, signal_name: str) -> None:
+        super().__init__(f"stopped by {signal_name}: checkpoint {checkpoint} written; run the same command with "
+                         "--resume to continue")
+        self.checkpoint = checkpoint
 
 #: float state tensors per trainable parameter that each optimiser keeps (Adam: two moments; SGD: momentum)
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "sgd": 1}
@@ -160,15 +181,15 @@ def checkpoint_bytes(model: nn.Module, optim: OptimConfig) -> int:
     return weights + slots * trainable
 
 
-def _check_free_space(output_dir: Path, per_checkpoint: int, copies: int) -> None:
+def _check_free_space(output_dir: Path, per_checkpoint: int, copies: int, why: str) -> None:
     """Fail before training when ``copies`` checkpoints of ``per_checkpoint`` bytes do not fit on the disk."""
     needed, free = per_checkpoint * copies, shutil.disk_usage(output_dir).free
     if needed > free:
         raise TrainingError(
             f"not enough free disk space in {output_dir}: a checkpoint takes about {per_checkpoint:,} bytes (weights "
-            f"and optimiser state) and up to checkpoint.keep_last + 2 = {copies} of them may exist at once, "
-            f"{needed:,} bytes in all, but only {free:,} bytes are free; free some space, lower "
-            "checkpoint.keep_last or choose another output_dir")
+            f"and optimiser state) and up to {copies} of them may exist at once ({why}), {needed:,} bytes in all, "
+            f"but only {free:,} bytes are free; free some space, lower checkpoint.keep_last or checkpoint.keep_front, "
+            "or choose another output_dir")
 
 
 class Trainer:
@@ -198,8 +219,6 @@ class Trainer:
         self.train_transform = SeededTransform(task.train_transform(self.encoding), config.seed)
         self.train_set.transform = self.train_transform
         self.val_set.transform = task.eval_transform(self.encoding)
-        if self.accelerator.is_main_process:
-            _check_free_space(self.output_dir, checkpoint_bytes(model, config.optim), config.checkpoint.keep_last + 2)
 
         data, optim = config.data, config.optim
         self.sampler = EpochSampler(len(self.train_set), config.seed)
@@ -214,6 +233,9 @@ class Trainer:
         optimizer = build_optimizer(model.parameters(), optim.name, optim.lr, optim.weight_decay, optim.momentum)
         scheduler = build_scheduler(optimizer, optim.schedule, total,
                                     round(optim.warmup_epochs * self.steps_per_epoch))
+        if self.accelerator.is_main_process:
+            copies, why = self._checkpoints_kept_at_most()
+            _check_free_space(self.output_dir, checkpoint_bytes(model, optim), copies, why)
         self.agc = (0.01 if self.capabilities.bcos else None) if optim.agc == "auto" else optim.agc
         self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, loader, scheduler)
@@ -226,6 +248,16 @@ class Trainer:
         self.position = _Position()
         self.bad_steps = 0
 
+    def _checkpoints_kept_at_most(self) -> tuple[int, str]:
+        """How many checkpoints can exist at once, and why: the last ``keep_last``, the best one, the Pareto front's
+        (at most one per validation, or ``keep_front``) and the one being written."""
+        checkpoint, epochs = self.config.checkpoint, self.total_steps / self.steps_per_epoch
+        validations = math.ceil(epochs / self.config.eval.every_epochs) + 1
+        front = validations if checkpoint.keep_front is None else min(validations, checkpoint.keep_front)
+        return (checkpoint.keep_last + 1 + front + 1,
+                f"checkpoint.keep_last = {checkpoint.keep_last}, the best one, up to {front} on the Pareto front and "
+                "the one being written")
+
     # ------------------------------------------------------------------ logging and state
     def log(self, record: dict[str, Any]) -> None:
         """Append a record (``split``, ``step``, ``epoch`` and numbers) to ``metrics.jsonl`` and its scalars to the
@@ -237,17 +269,31 @@ class Trainer:
             with open(self.output_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(record) + "\n")
 
+    @property
+    def metrics_file(self) -> Path:
+        return self.output_dir / "metrics.jsonl"
+
     def _state(self) -> dict[str, Any]:
+        logged = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
         return {"epoch": self.position.epoch, "batch": self.position.batch, "step": self.position.step,
                 "pareto": self.pareto.state_dict(), "best": self.best, "history": self.history,
-                "config": to_dict(self.config), "provenance": provenance()}
+                "metrics_bytes": logged, "config": to_dict(self.config), "provenance": provenance()}
 
     # ------------------------------------------------------------------ resume
-    def resume(self, checkpoint: str | Path | None = None) -> None:
-        """Restore the newest complete checkpoint (or ``checkpoint``); refuse one written with another config."""
-        path = Path(checkpoint) if checkpoint else self.checkpoints.latest()
-        if path is None:
-            raise TrainingError(f"no complete checkpoint to resume from in {self.checkpoints.root}")
+    def resume(self, checkpoint: str | Path | None = None) -> bool:
+        """Restore the newest intact checkpoint (or ``checkpoint``); refuse one written with another config.
+
+        Returns False — and leaves the run at its start — when no checkpoint exists yet and none was named, so that
+        one command line serves a job's first start and every requeue. Records logged to ``metrics.jsonl`` after the
+        checkpoint was written are dropped (the resumed run logs them again).
+        """
+        if checkpoint is None:
+            path = self.checkpoints.newest_verified()
+            if path is None:
+                self.truncate_log(0)
+                return False
+        else:
+            path = Path(checkpoint)
         saved = self.checkpoints.read_state(path)
         differing = [d for d in diff_configs(saved["config"], to_dict(self.config)) if not d.startswith("output_dir:")]
         if differing:
@@ -257,6 +303,16 @@ class Trainer:
         self.position = _Position(state["epoch"], state["batch"], state["step"])
         self.pareto.load_state_dict(state["pareto"])
         self.best, self.history = state["best"], state["history"]
+        self.truncate_log(state.get("metrics_bytes", 0))
+        return True
+
+    def truncate_log(self, size: int) -> None:
+        """Drop what ``metrics.jsonl`` holds beyond ``size`` bytes: records of a run that died after its last
+        checkpoint (or before its first), which the continuing run logs again."""
+        if self.accelerator.is_main_process and self.metrics_file.exists() and self.metrics_file.stat().st_size > size:
+            with open(self.metrics_file, "r+b") as f:
+                f.truncate(size)
+        self.accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ training
     def _step(self) -> Step:
@@ -295,11 +351,12 @@ class Trainer:
             self.optimizer.zero_grad()
         return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}}
 
-    def _save(self) -> None:
-        keep = {self.checkpoints.name_for(int(i)) for i in self.pareto.front_ids}
+    def _save(self) -> Path:
+        front = sorted(self.pareto.front, key=lambda p: -p["score"])[:self.config.checkpoint.keep_front]
+        keep = {self.checkpoints.name_for(int(p["id"])) for p in front}
         if self.best:
             keep.add(self.checkpoints.name_for(self.best["step"]))
-        self.checkpoints.save(self.position.step, self._state(), keep)
+        return self.checkpoints.save(self.position.step, self._state(), keep)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, dataset: Any = None) -> dict[str, Any]:
@@ -313,6 +370,7 @@ class Trainer:
         return results
 
     def _after_epoch(self) -> None:
+        boundary("train: validation")
         results = self.evaluate()
         record = {"step": self.position.step, "epoch": self.position.epoch, **results}
         self.history.append(record)
@@ -340,15 +398,35 @@ class Trainer:
         model.train()
 
     # ------------------------------------------------------------------ the loop
+    def _finished(self) -> bool:
+        return self.position.epoch >= self.config.optim.epochs or self.position.step >= self.total_steps
+
+    def _preemption_requested(self, received: list[str]) -> bool:
+        """Whether any process received a pre-emption signal (all processes agree, so all stop together)."""
+        flag = torch.tensor(float(bool(received)), device=self.accelerator.device)
+        return bool(self.accelerator.reduce(flag, "max").item())
+
     def fit(self) -> dict[str, Any]:
-        """Train to the end (or ``max_steps``), validating every ``eval.every_epochs`` epochs; returns the summary."""
+        """Train to the end (or ``max_steps``), validating every ``eval.every_epochs`` epochs and at the end; returns
+        the summary. Raises :class:`Preempted` after checkpointing when ``SIGTERM``/``SIGUSR1`` arrives."""
+        received: list[str] = []
+        previous = {s: signal.signal(s, lambda number, _frame: received.append(signal.Signals(number).name))
+                    for s in PREEMPTION_SIGNALS}
+        try:
+            start = time.time()
+            self._loop(received)
+            return self.finish(time.time() - start)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _loop(self, received: list[str]) -> None:
         config = self.config
         self.model.train()
         every = config.checkpoint.every_steps
         bar = tqdm(total=self.total_steps, initial=self.position.step, desc="train",
                    disable=not self.accelerator.is_local_main_process)
-        start = time.time()
-        while self.position.epoch < config.optim.epochs and self.position.step < self.total_steps:
+        while not self._finished():
             epoch = self.position.epoch
             self.train_transform.set_epoch(epoch)
             loader = self.accelerator.skip_first_batches(self.loader, self.position.batch) \
@@ -363,18 +441,21 @@ class Trainer:
                     if self.position.step % config.log_every == 0:
                         self.log({"split": "train", "step": self.position.step, "epoch": epoch,
                                   "lr": self.scheduler.get_last_lr()[0], **stats})
-                    if every and self.position.step % every == 0:
-                        self._save()
-                if self.position.step >= self.total_steps:
-                    break
-            if self.position.step >= self.total_steps and self.position.batch < len(self.loader):
-                break
-            self.position = _Position(epoch + 1, 0, self.position.step)
-            if (epoch + 1) % config.eval.every_epochs == 0 or self.position.epoch == config.optim.epochs:
+                if self.position.step >= self.total_steps or self.position.batch == len(self.loader):
+                    break  # the step ending the epoch or the run is checkpointed after its validation, below
+                stop = self._preemption_requested(received)
+                if stop or (every and self.accelerator.sync_gradients and self.position.step % every == 0):
+                    path = self._save()
+                    if stop:
+                        raise Preempted(path, received[0] if received else "a signal to another process")
+            if self.position.batch == len(self.loader):
+                self.position = _Position(epoch + 1, 0, self.position.step)
+            if self.position.epoch % config.eval.every_epochs == 0 and self.position.batch == 0 or self._finished():
                 self._after_epoch()
-            self._save()
+            path = self._save()
+            if self._preemption_requested(received):
+                raise Preempted(path, received[0] if received else "a signal to another process")
         bar.close()
-        return self.finish(time.time() - start)
 
     def finish(self, seconds: float) -> dict[str, Any]:
         """Evaluate the task's final datasets, export the final model (safetensors with its registry arguments) and
@@ -384,10 +465,12 @@ class Trainer:
                    "config": to_dict(self.config), "provenance": provenance()}
         for key, dataset in self.task.final_evaluations().items():
             split = getattr(dataset, "split", key)
+            boundary(f"train: final evaluation of {key}")
             results = self.evaluate(dataset)
             self.log({"split": split, "step": self.position.step, "epoch": self.position.epoch, **results})
             summary[key] = {"split": split, **results}
         if self.accelerator.is_main_process:
+            boundary("train: exporting the model")
             save_model(unwrap_model(self.model), self.output_dir / "model.safetensors",
                        metadata={"config": json.dumps(to_dict(self.config))})
             write_json_atomic(self.output_dir / "summary.json", summary)
@@ -396,12 +479,19 @@ class Trainer:
 
 
 def train(task: Task, resume: bool | str = False) -> dict[str, Any]:
-    """Run ``task`` to the end; ``resume=True`` continues from the newest complete checkpoint (or a given path), and
-    a fresh run refuses an output directory holding checkpoints."""
+    """Run ``task`` to the end.
+
+    ``resume=True`` continues from the newest intact checkpoint, or starts fresh when there is none yet (so one
+    command line serves a job's first start and every requeue); ``resume=PATH`` continues from that checkpoint. A
+    fresh run (``resume=False``) refuses an output directory that holds checkpoints."""
     trainer = Trainer(task)
     if resume:
-        trainer.resume(None if resume is True else resume)
+        if not trainer.resume(None if resume is True else resume) and trainer.accelerator.is_main_process:
+            warnings.warn(f"no checkpoint in {trainer.checkpoints.root} yet: starting the run from the beginning",
+                          stacklevel=2)
     elif trainer.checkpoints.latest() is not None:
         raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that run "
                             "or choose another output_dir")
+    else:
+        trainer.truncate_log(0)
     return trainer.fit()

@@ -9,30 +9,20 @@ can rebuild the model from the file alone.
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from .. import models as _zoo  # noqa: F401  (registers every architecture)
 from ..errors import CheckpointError, UsageError
 from .pretrained import download_pretrained
-from .registry import ModelSpec, get_model_spec
-from .weights import METADATA_KEY, load_weights, read_state_dict
+from .registry import get_model_spec
+from .weights import METADATA_KEY, fitted_state, load_weights, read_state_dict
 
 __all__ = ["create_model", "load_model"]
-
-
-def _check_arguments(spec: ModelSpec, kwargs: dict[str, Any]) -> None:
-    """Refuse constructor arguments the architecture does not take (before anything is built)."""
-    try:
-        inspect.signature(spec.builder).bind(**{**spec.defaults, **kwargs})
-    except TypeError as e:
-        accepted = list(inspect.signature(spec.builder).parameters)
-        raise UsageError(f"{spec.name}: invalid constructor arguments {sorted(kwargs)} ({e}); it accepts "
-                         f"{accepted}") from None
 
 
 def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path | None = None,
@@ -60,7 +50,7 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path 
                          f"{architecture!r} without the tag")
     if pretrained and checkpoint is not None:
         raise UsageError("pass either pretrained=True or checkpoint=PATH, not both")
-    _check_arguments(spec, kwargs)
+    spec.check_arguments(kwargs)
     try:
         model = spec.build(**kwargs)
     except ValueError as e:  # a constructor's own validation (e.g. num_classes < 1)
@@ -88,7 +78,10 @@ def load_model(path: str | Path) -> nn.Module:
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: malformed {METADATA_KEY!r} metadata ({type(e).__name__}: {e})") from e
     try:
-        model = create_model(name, **kwargs)
+        with torch.device("meta"):  # check that the file's tensors fit before allocating anything it describes
+            fitted_state(create_model(name, **kwargs), state)
     except (UsageError, KeyError) as e:
         raise CheckpointError(f"{path}: the file describes a model that cannot be built: {e}") from e
-    return load_weights(model, state)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: the weights do not fit the model the file describes: {e}") from None
+    return load_weights(create_model(name, **kwargs), state)

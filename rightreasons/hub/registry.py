@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import UnknownNameError
+from ..errors import UnknownNameError, UsageError
 
 __all__ = ["ModelSpec", "get_model_spec", "list_models", "register_model"]
 
@@ -40,6 +41,16 @@ class ModelSpec:
     family: str
     bcos: bool
     defaults: dict[str, Any] = field(default_factory=dict)
+
+    def check_arguments(self, kwargs: dict[str, Any]) -> None:
+        """Refuse constructor arguments the builder does not take (before anything is built), with a
+        :class:`~rightreasons.errors.UsageError` that lists the accepted ones."""
+        try:
+            inspect.signature(self.builder).bind(**{**self.defaults, **kwargs})
+        except TypeError as e:
+            accepted = list(inspect.signature(self.builder).parameters)
+            raise UsageError(f"{self.name}: invalid constructor arguments {sorted(kwargs)} ({e}); it accepts "
+                             f"{accepted}") from None
 
     def build(self, **kwargs: Any) -> Any:
         """The architecture with fresh (random) weights: ``builder(**defaults, **kwargs)``."""

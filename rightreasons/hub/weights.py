@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 from ..errors import CheckpointError
 from ..fileio import atomic_write
 
-__all__ = ["METADATA_KEY", "load_weights", "read_state_dict", "save_model"]
+__all__ = ["METADATA_KEY", "fitted_state", "load_weights", "read_state_dict", "save_model"]
 
 WRAPPER_PREFIXES = ("0.", "model.", "ema.module.", "module.")
 METADATA_KEY = "rightreasons_model"
@@ -54,10 +55,13 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, Tensor], dict[str, str]
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a pickle that would construct objects, a truncated zip, not a checkpoint at all, ...
-        if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):  # a class or function to call
-            raise CheckpointError(f"{path}: refused to load: the file is not a plain weights file (it asks to "
-                                  f"construct Python objects, which weights_only loading forbids): {e}") from e
-        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or not a torch/safetensors file): {e}") from e
+        refused = re.search(r"unsupported global:?\s*(?:GLOBAL\s+)?(\S+)", str(e), re.IGNORECASE)
+        if isinstance(e, pickle.UnpicklingError) and refused:  # a class or function the pickle would call
+            raise CheckpointError(f"{path}: refused to load: the file is not a plain weights file; it asks to call "
+                                  f"{refused.group(1)}, and loading never executes code from a file") from None
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or not a torch/safetensors "
+                              f"file): {reason}") from e
     return _unwrap(obj, path), {}
 
 
@@ -119,6 +123,15 @@ def load_weights(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
     Raises:
         CheckpointError: naming the file and the missing, unexpected or mis-shaped keys.
     """
+    model.load_state_dict(fitted_state(model, source, strict=strict, ema=ema, replace_classifier=replace_classifier),
+                          strict=False)
+    return model
+
+
+def fitted_state(model: nn.Module, source: str | Path | Mapping[str, Tensor], *, strict: bool = True,
+                 ema: bool = False, replace_classifier: bool = False) -> dict[str, Tensor]:
+    """The state dict :func:`load_weights` would load into ``model``, after every check (``model`` may live on the
+    meta device: nothing is copied)."""
     name = str(source) if isinstance(source, (str, Path)) else "<state dict>"
     metadata: dict[str, str] = {}
     if isinstance(source, (str, Path)):
@@ -137,9 +150,7 @@ def load_weights(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
             dropped.append(k)
             del state[k]
 
-    origin = ""
-    if METADATA_KEY in metadata:
-        origin = f" (the file holds {json.loads(metadata[METADATA_KEY])['name']})"
+    origin = _origin(metadata.get(METADATA_KEY))
     shape_errors = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
                     for k, v in state.items() if k in own and v.shape != own[k].shape]
     missing = [k for k in own if k not in state and k not in dropped]
@@ -153,8 +164,17 @@ def load_weights(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
         problems.append(f"unexpected keys ({len(unexpected)}): {_listing(unexpected)}")
     if problems:
         raise CheckpointError(f"{name} does not fit the model {_describe(model)}{origin}: " + "; ".join(problems))
-    model.load_state_dict(state, strict=False)
-    return model
+    return state
+
+
+def _origin(metadata: str | None) -> str:
+    """`` (the file holds NAME)`` from a file's model metadata, its excerpt when it is malformed, or nothing."""
+    if metadata is None:
+        return ""
+    try:
+        return f" (the file holds {json.loads(metadata)['name']})"
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return f" (the file's malformed metadata: {metadata[:120]!r})"
 
 
 def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, str] | None = None) -> Path:

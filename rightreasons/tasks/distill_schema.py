@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..distill.explanations import EXPLANATION_CHOICES
 from ..distill.objective import LogitLossName
+from ..config import expect
 from ..engine.schema import TrainConfig
 
 ExplanationChoice = Literal[EXPLANATION_CHOICES]  # type: ignore[valid-type]
@@ -95,17 +96,15 @@ class DistillSection:
     test_split: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError(f"distill.temperature must be > 0, got {self.temperature}")
+        expect(self.temperature > 0, "temperature", self.temperature, "a temperature > 0")
         for name in ("logit_weight", "explanation_weight", "gt_weight", "at_weight"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"distill.{name} must be >= 0, got {getattr(self, name)}")
+            expect(getattr(self, name) >= 0, name, getattr(self, name), "a loss weight >= 0")
         if self.logit_weight + self.explanation_weight + self.gt_weight + self.at_weight == 0:
-            raise ValueError("distill: every loss weight is 0; nothing to train on")
-        if not 0 < self.crop_fraction <= 1:
-            raise ValueError(f"distill.crop_fraction must be in (0, 1], got {self.crop_fraction}")
-        if self.shots is not None and self.shots < 1:
-            raise ValueError(f"distill.shots must be >= 1, got {self.shots}")
+            raise ValueError("every loss weight is 0; nothing to train on")
+        expect(bool(self.explanation_layer.strip()), "explanation_layer", self.explanation_layer, "a layer name")
+        expect(self.frozen is None or bool(self.frozen.strip()), "frozen", self.frozen, "a cache directory or null")
+        expect(0 < self.crop_fraction <= 1, "crop_fraction", self.crop_fraction, "a fraction in (0, 1]")
+        expect(self.shots is None or self.shots >= 1, "shots", self.shots, "an integer >= 1 or null")
         if self.frozen is not None and self.at_weight > 0:
             raise ValueError("distill.frozen caches logits and explanations only; attention transfer "
                              "(at_weight > 0) needs the live teacher")

@@ -63,7 +63,7 @@ def test_target_and_model_name(tmp_path, images, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--model", "resnet18"], "resnet18 is not a B-cos model"),
     (["--model", "bcos_cifar10_resnet20", "--target", "10"], r"target classes must lie in \[0, 9\]"),
-    (["--model", "bcos_cifar10_resnet20", "missing.png"], "cannot read image missing.png"),
+    (["--model", "bcos_cifar10_resnet20", "missing.png"], "missing.png: image file not found"),
     (["--pretrained"], "without --model, pass only --checkpoint"),
 ])
 def test_bad_input_is_a_clear_error(tmp_path, images, capsys, argv, message):

@@ -20,7 +20,8 @@ def test_unknown_names_and_options_list_the_valid_ones(tmp_path):
         load_dataset("voc2007", tmp_path, "train", crowd="label")
     with pytest.raises(UsageError, match="needs a root directory"):
         load_dataset("coco2014", None, "train")
-    assert set(COMMON_OPTIONS) == {"transform", "annotated_fraction", "annotation_seed", "box_dilation", "box_policy"}
+    assert set(COMMON_OPTIONS) == {"transform", "annotated_fraction", "annotation_seed", "box_dilation", "box_policy",
+                                   "max_pixels"}
 
 
 def test_synthetic_datasets_are_generated_in_memory_without_a_root():

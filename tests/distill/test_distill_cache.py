@@ -69,7 +69,8 @@ def test_round_trip_values_dtypes_and_shapes(tmp_path):
 def test_interrupted_writing_resumes_to_the_same_bytes(tmp_path):
     full, partial = tmp_path / "full", tmp_path / "partial"
     write_cache(FakeTeacher(), dataset(), full, SETTING, batch_size=2, shard_size=4)
-    with pytest.raises(KeyboardInterrupt):   # killed in the second shard (calls: 2 per shard)
+    # killed in the second shard (calls: one image to size the shards and check the free space, then 2 per shard)
+    with pytest.raises(KeyboardInterrupt):
         write_cache(FakeTeacher(fail_on_call=4), dataset(), partial, SETTING, batch_size=2, shard_size=4)
     assert (partial / "shard-00000.json").is_file() and not (partial / "shard-00001.json").exists()
     with pytest.raises(CacheError, match="incomplete"):
@@ -79,7 +80,7 @@ def test_interrupted_writing_resumes_to_the_same_bytes(tmp_path):
     (partial / "shard-00002.safetensors").write_bytes(b"renamed but no record")
     teacher = FakeTeacher()
     write_cache(teacher, dataset(), partial, SETTING, batch_size=2)
-    assert teacher.calls == 3   # shard 1 (2 batches) and shard 2 (rows 8–9, 1 batch); shard 0 was kept
+    assert teacher.calls == 1 + 3   # the sizing probe, shard 1 (2 batches), shard 2 (rows 8–9); shard 0 was kept
     for s in range(3):
         name = f"shard-{s:05d}.safetensors"
         assert (partial / name).read_bytes() == (full / name).read_bytes()

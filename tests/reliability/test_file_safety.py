@@ -35,6 +35,7 @@ from rightreasons.distill.cache import FORMAT as CACHE_FORMAT
 from rightreasons.distill.cache import VERSION as CACHE_VERSION
 from rightreasons.distill.cache import ExplanationCache
 from rightreasons.engine import TrainConfig, Trainer
+from rightreasons.engine.checkpointing import MANIFEST
 from rightreasons.errors import CacheError, CheckpointError, ConfigError, TrainingError
 from rightreasons.hub import read_state_dict
 from rightreasons.tasks import ClassificationTask
@@ -78,7 +79,8 @@ LOADERS = {
 def test_checkpoint_crafted_to_run_code_is_refused(tmp_path, kind, loader):
     marker = tmp_path / "marker"
     path = crafted_checkpoint(tmp_path / "evil.pth", marker, kind)
-    with pytest.raises(CheckpointError, match=rf"{path}: refused to load: .*construct Python objects"):
+    refused = rf"{path}: refused to load: the file is not a plain weights file; it asks to call \S+"
+    with pytest.raises(CheckpointError, match=refused):
         LOADERS[loader](path)
     assert not marker.exists()
     with path.open("rb") as f:  # the payload is live: unsafe loading runs it
@@ -110,16 +112,24 @@ def tiny_config(output_dir: Path, **sections) -> TrainConfig:
 
 @pytest.mark.parametrize("target", ["optimizer.bin", "scheduler.bin", "random_states_0.pkl"])
 def test_training_checkpoint_crafted_to_run_code_is_refused_on_resume(finished_run, tmp_path, target):
-    """Resuming reads accelerate's files with ``weights_only=True``: a crafted optimizer or scheduler file is refused
-    (a ``CheckpointError`` naming the checkpoint, wrapping accelerate's ``pickle.UnpicklingError``) and runs nothing; a crafted RNG-state file runs nothing either,
-    but accelerate skips an unreadable one with an INFO log line and resumes (our trainer derives every random draw
-    from the seed, epoch and step, so the global RNG state does not matter)."""
+    """A replaced file no longer matches the checkpoint's manifest, so resuming refuses the checkpoint before reading
+    it. An attacker who also rewrites the manifest meets the second wall: accelerate's files are read with
+    ``weights_only=True``, so a crafted optimizer or scheduler file is refused (a ``CheckpointError`` naming the
+    checkpoint, wrapping accelerate's ``pickle.UnpicklingError``) and runs nothing; a crafted RNG-state file runs nothing
+    either, but accelerate skips an unreadable one with an INFO log line and resumes (our trainer derives every random
+    draw from the seed, epoch and step, so the global RNG state does not matter)."""
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
     (checkpoint,) = sorted((run / "checkpoints").glob("step-*"))
     marker = tmp_path / "marker"
     torch.save({"state": Payload(marker)}, checkpoint / target)
     trainer = Trainer(ClassificationTask(tiny_config(run, checkpoint={"every_steps": 1, "keep_last": 1})))
+    with pytest.raises(CheckpointError, match=rf"no intact checkpoint .*{target} has \d+ bytes, the manifest says"):
+        trainer.resume()
+    manifest = json.loads((checkpoint / MANIFEST).read_text())
+    content = (checkpoint / target).read_bytes()
+    manifest["files"][target] = {"bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+    (checkpoint / MANIFEST).write_text(json.dumps(manifest))
     refused = target != "random_states_0.pkl"
     with pytest.raises(CheckpointError, match=rf"(?s){checkpoint}: cannot restore.*Unsupported global") if refused \
             else nullcontext():
@@ -139,6 +149,7 @@ def test_explanation_cache_shard_crafted_to_run_code_is_refused(tmp_path):
               "stop": 1}
     (shard.parent / "manifest.json").write_text(json.dumps({
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "complete": True, "num_images": 1, "ids_sha256": "",
+        "explanation_shape": [1, 8, 8], "num_classes": 2, "teacher": {}, "data": {}, "transform": {}, "explanation": {},
         "shards": [record]}))
     with pytest.raises(CacheError, match=rf"{shard}: unreadable shard"):
         ExplanationCache(shard.parent)
@@ -275,17 +286,24 @@ def test_read_only_output_directory_fails_before_training(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("optim, slots", [({"name": "adam"}, 2), ({"name": "sgd", "momentum": 0.0}, 0)],
                          ids=["adam", "sgd-without-momentum"])
-def test_disk_too_small_for_the_checkpoints_fails_before_training(tmp_path, monkeypatch, optim, slots):
-    """Free space (monkeypatched ``shutil.disk_usage``) below (weights + optimiser state) × (keep_last + 2)."""
+@pytest.mark.parametrize("keep_front, front", [(None, 2), (0, 0)], ids=["front-unbounded", "no-front"])
+def test_disk_too_small_for_the_checkpoints_fails_before_training(tmp_path, monkeypatch, optim, slots, keep_front,
+                                                                   front):
+    """Free space (monkeypatched ``shutil.disk_usage``) below (weights + optimiser state) × the checkpoints that can
+    exist at once: keep_last (3) + the best one + the Pareto front's (one per validation of this one-epoch run, two,
+    unless ``keep_front`` bounds it) + the one being written."""
     model = create_model("bcos_cifar10_resnet20", num_classes=2)
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     per_checkpoint = weights + slots * sum(p.numel() * p.element_size() for p in model.parameters())
-    needed = per_checkpoint * (3 + 2)
+    needed = per_checkpoint * (3 + 1 + front + 1)
     usage = trainer_module.shutil.disk_usage(tmp_path)
     monkeypatch.setattr(trainer_module.shutil, "disk_usage", lambda path: usage._replace(free=needed - 1))
-    config = tiny_config(tmp_path / "run", optim={"epochs": 1, **optim}, checkpoint={"keep_last": 3})
-    with pytest.raises(TrainingError, match=rf"a checkpoint takes about {per_checkpoint:,} bytes .*keep_last \+ 2 = 5 "
-                                            rf".* {needed:,} bytes in all, but only {needed - 1:,} bytes are free"):
+    config = tiny_config(tmp_path / "run", optim={"epochs": 1, **optim},
+                         checkpoint={"keep_last": 3, "keep_front": keep_front})
+    with pytest.raises(TrainingError, match=rf"a checkpoint takes about {per_checkpoint:,} bytes .* up to "
+                                            rf"{3 + 1 + front + 1} of them .*keep_last = 3, the best one, up to {front} "
+                                            rf"on the Pareto front .* {needed:,} bytes in all, but only {needed - 1:,} "
+                                            "bytes are free"):
         Trainer(ClassificationTask(config))
     assert not (tmp_path / "run" / "checkpoints").exists()
     monkeypatch.setattr(trainer_module.shutil, "disk_usage", lambda path: usage._replace(free=needed))

@@ -1,0 +1,206 @@
+"""Checkpoints are verified before use: every corruption of the newest one is detected and the run falls back to the
+newest intact one (ending exactly like an uninterrupted run); a full disk is refused up front or ends in a named
+error; SIGTERM checkpoints and stops with exit code 75, and one command line serves the first start and every
+requeue."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from rightreasons.config import from_dict
+from rightreasons.engine import TrainConfig
+from rightreasons.engine.checkpointing import MANIFEST, STATE_FILE, CheckpointManager
+from rightreasons.engine.trainer import EXIT_PREEMPTED
+from rightreasons.errors import CheckpointError, TrainingError
+from rightreasons.tasks import run
+
+
+def _config(out: Path, **changes) -> dict:
+    config = {"output_dir": str(out), "seed": 0, "cpu": True, "log_every": 1,
+              "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 4}},
+              "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
+                       "annotated_fraction": 0.5, "options": {"n": 12, "size": 32}},
+              "optim": {"name": "adam", "lr": 1e-3, "epochs": 2},
+              "guidance": {"enabled": True, "weight": 1.0},
+              "eval": {"num_images": 0},
+              "checkpoint": {"keep_last": 2, "every_steps": 2}}
+    for key, value in changes.items():
+        section, _, field = key.partition(".")
+        if field:
+            config[section][field] = value
+        else:
+            config[key] = value
+    return config
+
+
+def _outcome(out: Path) -> dict:
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("seconds", "provenance"):
+        summary.pop(key)
+    summary["config"].pop("output_dir")
+    weights = load_file(str(out / "model.safetensors"))
+    return {"weights": {k: v.tolist() for k, v in weights.items()}, "summary": summary,
+            "metrics": (out / "metrics.jsonl").read_text().splitlines()}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished run (checkpoints after steps 4 and 6 among those kept) and what it ended with."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    run(from_dict(TrainConfig, _config(out)))
+    return out, _outcome(out)
+
+
+def _flip_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _older_weights(path: Path) -> None:
+    shutil.copy(path.parent.parent / "step-000004" / path.name, path)
+
+
+def _change_a_digit(path: Path) -> None:
+    state = json.loads(path.read_text())
+    state["step"] += 1
+    path.write_text(json.dumps(state))
+
+
+Corruption = namedtuple("Corruption", "file damage defect")
+CORRUPTIONS = [
+    Corruption("model.safetensors", _flip_bit, "does not match its SHA-256"),
+    Corruption("optimizer.bin", _flip_bit, "does not match its SHA-256"),
+    Corruption("model.safetensors", _older_weights, "does not match its SHA-256"),
+    Corruption(STATE_FILE, _change_a_digit, "has .* bytes|does not match"),
+    Corruption("model.safetensors", _truncate, "truncated or replaced"),
+    Corruption(STATE_FILE, _truncate, "truncated or replaced"),
+    Corruption(STATE_FILE, Path.unlink, "trainer_state.json is missing"),
+    Corruption("optimizer.bin", Path.unlink, "optimizer.bin is missing"),
+    Corruption(MANIFEST, lambda p: p.write_text("{not json"), "unreadable manifest.json"),
+    Corruption(MANIFEST, Path.unlink, "no manifest.json"),
+]
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS, ids=lambda c: f"{c.damage.__name__}-{c.file}")
+def test_a_corrupted_newest_checkpoint_is_detected_and_the_run_falls_back(finished, tmp_path, corruption):
+    reference, expected = finished
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    (out / "summary.json").unlink()
+    corruption.damage(out / "checkpoints" / "step-000006" / corruption.file)
+    with pytest.warns(UserWarning, match=f"resuming from step-000004.*step-000006: .*({corruption.defect})"):
+        run(from_dict(TrainConfig, _config(out)), resume=True)
+    assert _outcome(out) == expected
+
+
+def test_when_no_checkpoint_is_intact_every_defect_is_listed(finished, tmp_path):
+    reference, _ = finished
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    checkpoints = sorted((out / "checkpoints").glob("step-*"))
+    assert len(checkpoints) >= 2
+    for path in checkpoints:
+        _flip_bit(path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="no intact checkpoint") as error:
+        run(from_dict(TrainConfig, _config(out)), resume=True)
+    assert all(path.name in str(error.value) for path in checkpoints)
+
+
+def test_a_complete_checkpoint_left_unrenamed_is_promoted_not_deleted(finished, tmp_path):
+    reference, expected = finished
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    (out / "summary.json").unlink()
+    newest = out / "checkpoints" / "step-000006"
+    newest.rename(newest.with_name(".tmp-step-000006"))  # killed between writing the manifest and the rename
+    run(from_dict(TrainConfig, _config(out)), resume=True)
+    assert newest.is_dir() and not newest.with_name(".tmp-step-000006").exists()
+    assert _outcome(out) == expected
+
+
+def test_a_half_deleted_checkpoint_never_counts_as_complete(finished, tmp_path):
+    reference, _ = finished
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    half = out / "checkpoints" / "step-000004"
+    (half / MANIFEST).unlink()  # deletion removes the manifest first
+    (half / "model.safetensors").unlink()
+    manager = CheckpointManager.__new__(CheckpointManager)
+    manager.root = out / "checkpoints"
+    assert half not in manager.complete()
+
+
+def test_the_disk_preflight_counts_the_pareto_front_and_the_best_checkpoint(tmp_path, monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**5, 10**5))
+    with pytest.raises(TrainingError, match=r"up to \d+ of them .*keep_last = 2, the best one, up to \d+ on the "
+                                            "Pareto front"):
+        run(from_dict(TrainConfig, _config(tmp_path / "run")))
+
+
+def test_a_full_disk_while_checkpointing_says_nothing_was_lost_and_how_to_resume(tmp_path, monkeypatch):
+    from accelerate import Accelerator
+
+    original, calls = Accelerator.save_state, []
+
+    def save_state(self, output_dir=None, **kwargs):
+        calls.append(output_dir)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, output_dir, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    with pytest.raises(TrainingError, match="full.*Nothing was lost: the newest complete checkpoint is step-000002"
+                                            ".*--resume"):
+        run(from_dict(TrainConfig, _config(tmp_path / "run")))
+    assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))
+
+
+def test_resume_on_the_first_start_starts_fresh(tmp_path):
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="no checkpoint .* yet: starting the run from the beginning"):
+        summary = run(from_dict(TrainConfig, _config(out, **{"optim.epochs": 1})), resume=True)
+    assert summary["steps"] == 3
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finished, tmp_path):
+    _, expected = finished
+    out = tmp_path / "run"
+    config = _config(out, **{"checkpoint.every_steps": None})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "rightreasons", "guide", "--config", str(path), "--resume"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2) and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_PREEMPTED, stderr[-2000:]
+    assert "stopped by SIGTERM: checkpoint" in stderr and "--resume" in stderr
+    assert list((out / "checkpoints").glob("step-*")), "no checkpoint was written"
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = _outcome(out)
+    assert result["weights"] == expected["weights"] and result["metrics"] == expected["metrics"]
