@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench clean
+.PHONY: install test demo bench docs clean
 
 install: $(STAMP)
 
@@ -22,6 +22,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,14 +1,50 @@
 """rightreasons: image classifiers that are right for the right reasons.
 
 B-cos networks with exact, differentiable explanations; model guidance with bounding boxes; explanation-enhanced
-knowledge distillation (e²KD). See ``docs/ARCHITECTURE.md`` for how the package is laid out.
+knowledge distillation (e²KD). See `docs/ARCHITECTURE.md` for how the package is laid out.
+
+The names below are imported on first use (PEP 562): `import rightreasons` alone loads neither torch nor the model
+zoo, so that the command line answers `--help` and `--version` at once.
 """
 
-from . import bcos
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .errors import RightReasonsError
-from .hub import (capabilities, create_model, list_models, load_model, load_weights, register_model,
-                  register_timm_models, save_model)
 from .version import __version__
 
-__all__ = ["RightReasonsError", "__version__", "bcos", "capabilities", "create_model", "list_models", "load_model",
-           "load_weights", "register_model", "register_timm_models", "save_model"]
+if TYPE_CHECKING:
+    from . import bcos
+    from .bcos.norms import convert_sync_batchnorm
+    from .hub import (capabilities, create_model, list_models, load_model, load_weights, register_model,
+                      register_timm_models, save_model)
+    from .models.bcosified import bcosify
+
+__all__ = ["RightReasonsError", "__version__", "bcos", "bcosify", "capabilities", "convert_sync_batchnorm",
+           "create_model", "list_models", "load_model", "load_weights", "register_model", "register_timm_models",
+           "save_model"]
+
+_FROM_HUB = {"capabilities", "create_model", "list_models", "load_model", "load_weights", "register_model",
+             "register_timm_models", "save_model"}
+
+
+def __getattr__(name: str) -> Any:
+    """The public API of [`__all__`][rightreasons.__all__], imported when first asked for."""
+    if name == "bcos":
+        from . import bcos
+        return bcos
+    if name == "bcosify":
+        from .models.bcosified import bcosify
+        return bcosify
+    if name == "convert_sync_batchnorm":
+        from .bcos.norms import convert_sync_batchnorm
+        return convert_sync_batchnorm
+    if name in _FROM_HUB:
+        from . import hub
+        return getattr(hub, name)
+    raise AttributeError(f"module 'rightreasons' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,6 +7,9 @@ Targets are multi-hot ``[N, K]`` (the data package's sample format; single-label
 * ``ce``: softmax cross-entropy against the single positive class (standard models on single-label tasks);
 * ``auto`` (:func:`resolve_classification_loss`) picks ``bce`` for B-cos models and multi-label data, ``ce``
   otherwise.
+
+The probabilities a model assigns follow from the loss it was trained with (:func:`class_probabilities`): ``bce``
+trains one sigmoid per class, ``ce`` one softmax over the classes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from torch import Tensor
 
 from .errors import ConfigError
 
-__all__ = ["CLASSIFICATION_LOSSES", "ClassificationLossName", "classification_loss", "resolve_classification_loss"]
+__all__ = ["CLASSIFICATION_LOSSES", "ClassificationLossName", "class_probabilities", "classification_loss",
+           "resolve_classification_loss"]
 
 CLASSIFICATION_LOSSES: tuple[str, ...] = ("auto", "bce", "ce")
 ClassificationLossName = Literal[CLASSIFICATION_LOSSES]  # type: ignore[valid-type]
@@ -47,3 +51,13 @@ def classification_loss(logits: Tensor, labels: Tensor, kind: Literal["bce", "ce
     if uniform_off_labels:
         target = target.clamp(min=1.0 / logits.shape[1])
     return F.binary_cross_entropy_with_logits(logits, target)
+
+
+def class_probabilities(logits: Tensor, kind: Literal["bce", "ce"]) -> Tensor:
+    """Class probabilities ``[N, K]`` of ``logits [N, K]`` through the link of the loss the model was trained with:
+    ``sigmoid`` per class for ``bce`` (they need not sum to 1), ``softmax`` over the classes for ``ce``."""
+    if kind == "bce":
+        return logits.detach().float().sigmoid()
+    if kind == "ce":
+        return logits.detach().float().softmax(-1)
+    raise ConfigError(f"unknown classification loss {kind!r}; expected 'bce' or 'ce' (resolve 'auto' first)")

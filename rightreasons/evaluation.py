@@ -4,7 +4,7 @@ An evaluator (:class:`Evaluator`) sees every batch — moved to the device, with
 loop — and accumulates what it measures; :meth:`Evaluator.compute` returns plain numbers. The library's evaluators:
 
 * :class:`ClassificationEvaluator` — accuracy, per-group and worst-group accuracy (single-label data) or micro F1,
-  per-class F1 and mAP (multi-label data), and the selection ``score`` (accuracy or F1);
+  per-class F1 and mAP (multi-label data), and the selection ``score`` (accuracy or F1, named in ``score_metric``);
 * :class:`LocalizationEvaluator` — EPG and IoU of an attribution method at a layer, over every ground-truth class of
   every image with boxes (:mod:`rightreasons.metrics.evaluate`);
 * distillation adds :class:`rightreasons.distill.evaluation.FidelityEvaluator` (agreement with the teacher,
@@ -29,7 +29,7 @@ from .metrics import EnergyPointingGame, GroupAccuracy, IoU, MultiLabelClassific
 from .metrics.evaluate import evaluate_localization
 
 __all__ = ["ClassificationEvaluator", "Evaluator", "LocalizationEvaluator", "classifier_evaluators", "evaluate",
-           "is_multilabel", "plain_numbers", "shard_indices"]
+           "format_results", "is_multilabel", "plain_numbers", "shard_indices"]
 
 
 class Evaluator(Protocol):
@@ -52,6 +52,26 @@ def is_multilabel(dataset: Any) -> bool:
     return bool(dataset.positive_labels.sum(1).max() > 1)
 
 
+def format_results(results: dict[str, Any]) -> str:
+    """Evaluation results as one line for the console, every metric by name: numbers with four decimals, names
+    as they are, per-class lists by their length (they are in ``metrics.jsonl``); ``score`` names its metric."""
+    parts = []
+    for key in sorted(results, key=lambda k: k != "score"):  # the score first, the rest in their order
+        value = results[key]
+        if key == "score_metric":
+            continue
+        if isinstance(value, float):
+            text = f"{value:.4f}"
+        elif isinstance(value, (list, tuple)):
+            text = f"[{len(value)} values]"
+        else:
+            text = str(value)
+        if key == "score" and "score_metric" in results:
+            text += f" ({results['score_metric']})"
+        parts.append(f"{key}={text}")
+    return ", ".join(parts)
+
+
 def plain_numbers(results: dict[str, Tensor], prefix: str = "") -> dict[str, Any]:
     """A metric's results as Python numbers (scalars) and lists (vectors), keys prefixed."""
     out = {}
@@ -63,7 +83,8 @@ def plain_numbers(results: dict[str, Tensor], prefix: str = "") -> dict[str, Any
 
 class ClassificationEvaluator:
     """Accuracy (overall, per group, worst group) on single-label data; micro F1, per-class F1 and mAP on
-    multi-label data. ``score`` is the accuracy or the F1: the number model selection maximises.
+    multi-label data. ``score`` is the accuracy or the F1: the number model selection maximises; ``score_metric``
+    says which. ``worst_group`` is the worst group's name (grouped data only).
 
     Args:
         num_classes: the model's classes.
@@ -91,7 +112,12 @@ class ClassificationEvaluator:
 
     def compute(self) -> dict[str, Any]:
         results = plain_numbers(self.metric.compute())
-        results["score"] = results["f1"] if self.multilabel else results["accuracy"]
+        if not self.multilabel:
+            worst = results.pop("worst_group")
+            if self.grouped:
+                results["worst_group"] = self.metric.group_names[worst]
+        results["score_metric"] = "f1" if self.multilabel else "accuracy"
+        results["score"] = results[results["score_metric"]]
         return results
 
 

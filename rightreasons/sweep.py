@@ -5,8 +5,10 @@
     rightreasons sweep configs/guidance/grids/guidance.yaml --only voc2007/   # run (resumes, skips done runs)
     rightreasons sweep configs/guidance/grids/guidance.yaml --launcher "accelerate launch --num_processes 8"
     rightreasons sweep configs/guidance/grids/*.yaml --collect-only --report runs/reports/all
+    rightreasons sweep configs/guidance/grids/guidance.yaml --set data.root=/scratch/voc   # for every run
 
-A run is ``rightreasons <train|guide> --config BASE key=value ... output_dir=OUTPUT_ROOT/NAME``. Before anything runs,
+A run is ``rightreasons <train|guide> --config BASE key=value ... output_dir=OUTPUT_ROOT/NAME``; ``extra`` overrides
+(``--set``) follow the grid's own, so they win. Before anything runs,
 every run's config is loaded and validated (:func:`rightreasons.engine.load_config`), so a typo fails at once. Runs
 whose folder holds a ``summary.json`` are skipped; runs with checkpoints but no summary continue with ``--resume``.
 
@@ -155,8 +157,9 @@ def _merge(target: dict[str, Any], settings: Mapping[str, Any], where: str, take
         target[key] = value
 
 
-def load_grid(path: str | Path) -> list[Run]:
-    """Expand a grid file into its runs (configs validated); ``GridError`` / ``ConfigError`` name the problem."""
+def load_grid(path: str | Path, extra: Sequence[str] = ()) -> list[Run]:
+    """Expand a grid file into its runs (configs validated); ``GridError`` / ``ConfigError`` name the problem.
+    ``extra``: ``key=value`` overrides appended to every run's (they win over the grid's settings)."""
     path = Path(path)
     if not path.is_file():
         raise GridError(f"grid file not found: {path}")
@@ -191,7 +194,7 @@ def load_grid(path: str | Path) -> list[Run]:
             if settings["command"] not in COMMANDS:
                 raise GridError(f"{where}: command {settings['command']!r} is not one of {list(COMMANDS)}")
             config = Path(os.path.normpath(path.parent / str(settings["base"])))
-            items = tuple(f"{k}={_yaml_value(v)}" for k, v in overrides.items())
+            items = (*(f"{k}={_yaml_value(v)}" for k, v in overrides.items()), *extra)
             probe = Run("", "", settings["command"], config, items, root)
             values = {**_flatten(to_dict(probe.load())), **labels}
             name = _render(str(settings["name"]), values, where)

@@ -158,16 +158,23 @@ def saved_tensor_bytes(step: Callable[[], object]) -> int:
     return sum(seen.values())
 
 
+def _boxed_batch(batch: int, size: int, device: torch.device) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
+    """A random encoded batch ``[batch, 6, size, size]`` of 20 classes, its one-hot labels ``[batch, 20]`` and one
+    centred box per image labelled with the image's class."""
+    x = torch.rand(batch, 6, size, size, device=device)
+    labels = F.one_hot(torch.arange(batch) % 20, 20).float().to(device)
+    boxes = [torch.tensor([[size / 4, size / 4, 3 * size / 4, 3 * size / 4]]) for _ in range(batch)]
+    box_labels = [torch.tensor([n % 20]) for n in range(batch)]
+    return x, labels, boxes, box_labels
+
+
 def _guidance_step(layer: str, quick: bool) -> Callable[[Settings], list[Row]]:
     def run(settings: Settings) -> list[Row]:
         from rightreasons.guidance import GuidanceObjective
 
         batch, size, repeats, warmup = (2, 32, 2, 1) if quick or settings.quick else (8, 64, 10, 2)
         model = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
-        x = torch.rand(batch, 6, size, size, device=settings.device)
-        labels = F.one_hot(torch.arange(batch) % 20, 20).float().to(settings.device)
-        boxes = [torch.tensor([[size / 4, size / 4, 3 * size / 4, 3 * size / 4]]) for _ in range(batch)]
-        box_labels = [torch.tensor([n % 20]) for n in range(batch)]
+        x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
         has_boxes = torch.ones(batch, dtype=torch.bool)
         objective = GuidanceObjective("bcos", layer, "energy")
 
@@ -195,6 +202,54 @@ def _guidance_step(layer: str, quick: bool) -> Callable[[Settings], list[Row]]:
 
 for _layer in ("input", "mid2", "final"):
     section(f"guidance-step-{_layer}")(_guidance_step(_layer, quick=False))
+
+
+@section("guidance-few-boxes")
+def guidance_few_boxes(settings: Settings) -> list[Row]:
+    """A guided step whose batch has boxes on 10 % of its images: only those are explained (``explain="annotated"``)
+    vs explaining the whole batch, and both vs a plain step; and the fully annotated batch."""
+    from rightreasons.guidance import GuidanceObjective
+
+    batch, size, repeats, warmup = (8, 32, 2, 1) if settings.quick else (64, 64, 7, 2)
+    model = rr.create_model("bcos_resnet18", num_classes=20).train().to(settings.device)
+    x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
+    few = torch.zeros(batch, dtype=torch.bool)
+    few[::10] = True  # 7 of 64 (10.9 %)
+    every = torch.ones(batch, dtype=torch.bool)
+
+    def plain() -> None:
+        model.zero_grad(set_to_none=True)
+        F.binary_cross_entropy_with_logits(model(x), labels).backward()
+
+    def guided(explain: str, has_boxes: Tensor) -> Callable[[], None]:
+        objective = GuidanceObjective("bcos", "input", "energy", explain=explain)
+
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            out = objective(model, x, labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
+            (F.binary_cross_entropy_with_logits(out.logits, labels) + 1e-3 * out.loss).backward()
+        return step
+
+    times = alternate({"plain": plain, "few": guided("annotated", few), "few-batch": guided("batch", few),
+                       "all": guided("annotated", every)}, settings, repeats, warmup)
+    med = {name: statistics.median(t) for name, t in times.items()}
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(p / q for p, q in zip(times[a], times[b]))
+
+    setup = (f"B-cos ResNet-18, train mode, batch {batch}x6x{size}x{size}, BCE + 1e-3 Energy on B-cos contributions at "
+             f"the input; {int(few.sum())} of {batch} images annotated; {repeats} alternating repeats, ratios are "
+             "medians of per-repeat ratios")
+    rows = [("guidance-few-boxes: 10 % vs plain", "few", "plain", "<= 1.5", lambda r: r <= 1.5),
+            ("guidance-few-boxes: 100 % vs plain", "all", "plain", "<= 2.3", lambda r: r <= 2.3),
+            ("guidance-few-boxes: whole batch vs annotated only (10 %)", "few-batch", "few", ">= 1.5",
+             lambda r: r >= 1.5)]
+    out = []
+    for name, a, b, target, check in rows:
+        r = ratio(a, b)
+        ours, reference = (med[b], med[a]) if target.startswith(">=") else (med[a], med[b])
+        out.append(Row(name, ours, reference, r, target, check(r), setup))
+    return out
 
 
 def _distill_configs(settings: Settings, cache: Path) -> tuple[dict[str, object], tuple[str, str], int]:
@@ -257,6 +312,150 @@ def e2kd_frozen_step(settings: Settings) -> list[Row]:
                 frozen["loader_fraction"] < 0.10,
                 f"{setup}; ours = loading a batch with cached explanations (crop + flip of image and map), "
                 "reference = the whole frozen step; ratio = loader share of the step")]
+
+
+def _bcosify_runs(settings: Settings, folder: Path) -> tuple[dict[str, object], dict[str, int]]:
+    """The two trainings the speed-up section races (a B-cosified standard ResNet-18 fine-tuned with the
+    B-cosification recipe, and a B-cos ResNet-18 from scratch with the B-cos recipe), after training and converting
+    the standard model (untimed); returns their configs and epochs."""
+    from rightreasons.experiments import TrainingRun, run_training
+
+    images, batch, (standard, finetune, scratch) = (32, 8, (1, 1, 2)) if settings.quick else (1000, 64, (8, 6, 12))
+    data = {"max_objects": 1, "difficulty": 0.0, "seed": 0, "size": 32, "n": images}
+
+    def run(name: str, model: str, epochs: int, **extra: object) -> TrainingRun:
+        optim = {"name": "adamw" if model.startswith("bcosified_") else "adam"}
+        loss = {} if model == "resnet18" else {"uniform_off_labels": True}
+        return TrainingRun(output_dir=str(folder / name), model=model, model_kwargs={"inplanes": 8},
+                           data="synthetic-multilabel", data_options=data, image_size=32, batch_size=batch,
+                           crop_scale=[1.0, 1.0], epochs=epochs, lr=1e-3,
+                           overrides={"optim": optim, "loss": loss, "cpu": settings.device.type == "cpu"}, **extra)
+
+    trained = run_training(run("standard", "resnet18", standard))
+    converted = rr.save_model(rr.bcosify(rr.load_model(trained["model_file"])), folder / "bcosified.safetensors")
+    configs = {"bcosified": run("bcosified", "bcosified_resnet18", finetune, checkpoint=str(converted)).config(),
+               "scratch": run("scratch", "bcos_resnet18", scratch).config()}
+    return configs, {"bcosified": finetune, "scratch": scratch}
+
+
+@section("bcosify-speedup")
+def bcosify_speedup(settings: Settings) -> list[Row]:
+    """Wall time to reach the validation accuracy of a B-cos ResNet-18 trained from scratch: fine-tuning a
+    B-cosified standard ResNet-18 vs training from scratch, the two trainings taking turns epoch by epoch (the
+    accuracy after each epoch is measured outside the timed part)."""
+    import tempfile
+
+    from rightreasons.engine import Trainer
+    from rightreasons.tasks import ClassificationTask
+
+    with tempfile.TemporaryDirectory() as tmp:
+        configs, epochs = _bcosify_runs(settings, Path(tmp))
+        trainers = {name: Trainer(ClassificationTask(config)) for name, config in configs.items()}
+        curves: dict[str, list[tuple[float, float]]] = {name: [] for name in trainers}  # (seconds so far, accuracy)
+        for epoch in range(max(epochs.values())):
+            for name, trainer in trainers.items():
+                if epoch >= epochs[name]:
+                    continue
+                trainer.model.train()
+                trainer.train_transform.set_epoch(epoch)
+                trainer.loader.set_epoch(epoch)
+                settings.sync()
+                start = time.perf_counter()
+                for batch in trainer.loader:
+                    trainer.train_step(batch)
+                settings.sync()
+                elapsed = time.perf_counter() - start + (curves[name][-1][0] if curves[name] else 0.0)
+                curves[name].append((elapsed, trainer.evaluate()["accuracy"]))
+    target = curves["scratch"][-1][1]
+    reach = {name: next((seconds for seconds, accuracy in curve if accuracy >= target), math.inf)
+             for name, curve in curves.items()}
+    speedup = reach["scratch"] / reach["bcosified"]
+    epochs_to = {name: next((i + 1 for i, (_, a) in enumerate(c) if a >= target), None) for name, c in curves.items()}
+    return [Row("bcosify-speedup", reach["bcosified"], reach["scratch"], speedup, ">= 2.0", speedup >= 2.0,
+                f"ResNet-18 (width 8), synthetic-multilabel (one object, 6 classes), 32 px, "
+                f"{len(trainers['scratch'].train_set)} training images: fine-tuning a B-cosified standard model "
+                f"(ours; {epochs['bcosified']} epochs, AdamW) vs a B-cos model from scratch (reference; "
+                f"{epochs['scratch']} epochs, Adam), lr 1e-3, BCE with off-labels at 1/C, AGC; epochs alternate; "
+                f"target = the from-scratch final validation accuracy {100 * target:.1f} %, reached after "
+                f"{epochs_to['bcosified']} / {epochs_to['scratch']} epochs; ratio = reference / ours training "
+                "seconds to reach it (the standard model's training is not counted)")]
+
+
+def _sync_bn_process(rank: int, port: int, quick: bool, results: object) -> None:
+    """One of the two processes of ``sync-bn-step``: DDP training steps of a B-cos ResNet-18 (uncentred BatchNorm)
+    with per-process and with synchronised statistics, alternating; process 0 puts the times into ``results``."""
+    import datetime
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=600))
+    try:
+        batch, size, repeats, warmup = _SYNC_BN_SIZES[quick]
+        models = {}
+        for name in ("synced", "per-process"):
+            torch.manual_seed(0)
+            model = rr.create_model("bcos_resnet18", num_classes=10).train()
+            models[name] = DistributedDataParallel(rr.convert_sync_batchnorm(model) if name == "synced" else model)
+        x = torch.rand(batch // 2, 6, size, size, generator=torch.Generator().manual_seed(rank))
+        labels = F.one_hot(torch.arange(batch // 2) % 10, 10).float()
+
+        def step(model: nn.Module) -> Callable[[], None]:
+            def run() -> None:
+                model.zero_grad(set_to_none=True)
+                F.binary_cross_entropy_with_logits(model(x), labels).backward()
+                dist.barrier()  # a step ends when both processes are done: the time of the slower one
+            return run
+
+        times: dict[str, list[float]] = {name: [] for name in models}
+        for order in (("synced", "per-process"), ("per-process", "synced")):  # each goes first half of the time
+            part = alternate({name: step(models[name]) for name in order}, Settings(torch.device("cpu"), quick),
+                             repeats // 2, warmup)
+            for name in order:
+                times[name] += part[name]
+        if rank == 0:
+            results.put(times)
+    finally:
+        dist.destroy_process_group()
+
+
+#: global batch, image size, repeats and warm-up rounds of ``sync-bn-step`` (by ``--quick``)
+_SYNC_BN_SIZES = {True: (4, 32, 2, 1), False: (16, 64, 10, 2)}
+
+
+@section("sync-bn-step")
+def sync_bn_step(settings: Settings) -> list[Row]:
+    """A training step on two CPU processes (DDP, gloo) with synchronised BatchNorm statistics vs per-process ones:
+    the price of ``model.sync_bn`` (one all-reduce per norm layer, forward and backward)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    processes = [context.Process(target=_sync_bn_process, args=(rank, port, settings.quick, results))
+                 for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    if any(process.exitcode != 0 for process in processes) or results.empty():
+        raise SystemExit(f"sync-bn-step: a process failed (exit codes {[p.exitcode for p in processes]})")
+    times = results.get()
+    ratio = statistics.median(s / p for s, p in zip(times["synced"], times["per-process"]))
+    batch, size, repeats, _ = _SYNC_BN_SIZES[settings.quick]
+    return [Row("sync-bn-step", statistics.median(times["synced"]), statistics.median(times["per-process"]), ratio,
+                "<= 1.5", ratio <= 1.5,
+                f"B-cos ResNet-18 (20 uncentred BatchNorms), train step (BCE forward + backward, DDP gradient "
+                f"all-reduce) on 2 CPU processes (gloo, 1 thread each), global batch {batch}x6x{size}x{size}, "
+                f"{repeats} alternating repeats (each first in half of them); ours = synchronised statistics "
+                "(model.sync_bn), reference = per-process statistics; a step ends with a barrier (the slower "
+                "process's time); ratio = median(synced / per-process), measured on process 0 (CPU always)")]
 
 
 def markdown(rows: list[Row]) -> str:

@@ -5,16 +5,33 @@ would oversubscribe the machine, and the tests' many small tensor operations are
 
 The tiny models (a named-stage conv net, optionally an X-DNN, and a three-stage B-cos ResNet) are exposed as factory
 fixtures — ``tiny_cnn``, ``tiny_bcos_resnet`` and ``bcos_input`` — so that test modules never import each other.
+
+So are the writers of tiny, format-faithful copies of the real datasets' layouts — ``write_voc`` (VOCdevkit/VOC2007:
+JPEGs, XML annotations with pose, truncated and difficult flags, ImageSets, a segmentation), ``write_coco``
+(instances JSON with polygon and crowd RLE segmentations, an image without annotations) and ``write_waterbirds``
+(``metadata.csv`` with the release's columns, images, the box file and CUB-style bird masks) — used by the loader
+tests (``tests/data``) and the quickstart chains (``tests/quickstarts``).
+
+Tests on several processes use ``free_port``, ``gloo_processes`` (a function of the test on two processes of one gloo
+group) and ``launch`` (the command line under ``torchrun``, on one node or on two nodes on loopback), from
+``tests/distributed_utils.py``.
 """
 
 from __future__ import annotations
 
+import csv
+import json
+import subprocess
+from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torch import nn
 
+import distributed_utils
 from rightreasons.models.resnet import BasicBlock, BcosResNet
 
 torch.set_num_threads(1)
@@ -79,3 +96,137 @@ def tiny_bcos_resnet() -> Callable[..., BcosResNet]:
 def bcos_input() -> Callable[..., torch.Tensor]:
     """``bcos_input(n=4, size=16, dtype=torch.float32)``: random six-channel B-cos encoded images."""
     return _bcos_input
+
+
+# ---------------------------------------------------------------------------------------------- dataset layouts
+def _voc_xml(image_id: str, h: int, w: int, objects: list[tuple]) -> str:
+    """A VOC 2007 annotation file as the release writes it; ``objects``: ``(name, xmin, ymin, xmax, ymax, difficult[,
+    truncated])`` in VOC's 1-based inclusive pixels (``truncated`` 0 when left out)."""
+    objs = "".join(
+        f"<object><name>{n}</name><pose>Unspecified</pose><truncated>{(rest or [0])[0]}</truncated>"
+        f"<difficult>{d}</difficult><bndbox><xmin>{x1}</xmin><ymin>{y1}</ymin><xmax>{x2}</xmax><ymax>{y2}</ymax>"
+        "</bndbox></object>"
+        for n, x1, y1, x2, y2, d, *rest in objects)
+    return (f"<annotation><folder>VOC2007</folder><filename>{image_id}.jpg</filename>"
+            "<source><database>The VOC2007 Database</database></source>"
+            f"<size><width>{w}</width><height>{h}</height><depth>3</depth></size><segmented>0</segmented>{objs}"
+            "</annotation>")
+
+
+def _write_voc(root: Path, objects: dict[str, tuple], splits: dict[str, list[str]],
+               segmentations: dict[str, np.ndarray] | None = None) -> Path:
+    """``root/VOCdevkit/VOC2007``: random JPEGs and XML annotations of ``objects`` (``id → (H, W, objects)``), the
+    image sets ``splits`` (``ImageSets/Main/<split>.txt``) and class-index PNGs ``segmentations`` (``id → [H, W]``
+    uint8); returns the VOC2007 folder."""
+    voc = root / "VOCdevkit" / "VOC2007"
+    for d in ("JPEGImages", "Annotations", "ImageSets/Main", "SegmentationClass"):
+        (voc / d).mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for image_id, (h, w, objs) in objects.items():
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(voc / "JPEGImages" / f"{image_id}.jpg")
+        (voc / "Annotations" / f"{image_id}.xml").write_text(_voc_xml(image_id, h, w, objs))
+    for image_id, seg in (segmentations or {}).items():
+        img = Image.fromarray(seg, mode="P")
+        img.putpalette([0, 0, 0] * 256)
+        img.save(voc / "SegmentationClass" / f"{image_id}.png")
+    for split, ids in splits.items():
+        (voc / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+    return voc
+
+
+def _write_coco(root: Path, categories: list[dict], images: list[dict], annotations: list[dict],
+                split: str = "val", text: str | None = None) -> Path:
+    """``root/annotations/instances_<split>2014.json`` (or ``text`` verbatim) with the release's top-level keys,
+    and grey JPEGs of ``images`` in ``root/<split>2014/``; returns ``root``."""
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+    (root / f"{split}2014").mkdir(exist_ok=True)
+    for img in images:
+        pixels = np.full((img["height"], img["width"], 3), 128, np.uint8)
+        Image.fromarray(pixels).save(root / f"{split}2014" / img["file_name"])
+    content = {"info": {"description": "COCO 2014 Dataset", "year": 2014}, "licenses": [], "images": images,
+               "annotations": annotations, "categories": categories}
+    (root / "annotations" / f"instances_{split}2014.json").write_text(
+        text if text is not None else json.dumps(content))
+    return root
+
+
+WATERBIRDS_HEADER = ("img_id", "img_filename", "y", "split", "place", "place_filename")
+"""The columns of the release's ``metadata.csv``."""
+
+
+def _write_waterbirds(root: Path, rows: list[tuple], header: tuple[str, ...] = WATERBIRDS_HEADER,
+                      box_file: bool = True, segmentations: Path | None = None) -> Path:
+    """Waterbirds-100 under ``root`` from ``rows`` ``(img_filename, y, place, split, bird box XYXY)``:
+    ``metadata.csv`` (``header``), random 24 × 32 images, ``boxes.csv`` (unless ``box_file`` is false) and, into
+    ``segmentations``, CUB-style bird masks ``<img_filename>.png`` (half the image size, 255 on the box); returns
+    ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "metadata.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for i, (name, y, place, split, _) in enumerate(rows):
+            w.writerow([i + 1, name, y, split, place, "/b/bamboo_forest/00000001.jpg"][:len(header)])
+    if box_file:
+        with (root / "boxes.csv").open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["img_filename", "x1", "y1", "x2", "y2"])
+            w.writerows([name, *box] for name, *_, box in rows)
+    rng = np.random.default_rng(0)
+    for name, *_, (x1, y1, x2, y2) in rows:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(root / name)
+        if segmentations is not None:
+            mask = np.zeros((12, 16), np.uint8)
+            mask[y1 // 2:(y2 + 1) // 2, x1 // 2:(x2 + 1) // 2] = 255
+            (segmentations / name).parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(mask).save((segmentations / name).with_suffix(".png"))
+    return root
+
+
+@pytest.fixture
+def voc_xml() -> Callable[..., str]:
+    """``voc_xml(image_id, h, w, objects)``: the text of a VOC annotation file."""
+    return _voc_xml
+
+
+@pytest.fixture
+def write_voc() -> Callable[..., Path]:
+    """``write_voc(root, objects, splits, segmentations=None)``: a VOCdevkit under ``root``; returns VOC2007."""
+    return _write_voc
+
+
+@pytest.fixture
+def write_coco() -> Callable[..., Path]:
+    """``write_coco(root, categories, images, annotations, split="val", text=None)``: a COCO 2014 split."""
+    return _write_coco
+
+
+@pytest.fixture
+def write_waterbirds() -> Callable[..., Path]:
+    """``write_waterbirds(root, rows, header=WATERBIRDS_HEADER, box_file=True, segmentations=None)``: Waterbirds-100
+    under ``root``."""
+    return _write_waterbirds
+
+
+# ---------------------------------------------------------------------------------------------- several processes
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """``free_port()``: a TCP port on 127.0.0.1 that is free now (for a test's own process group)."""
+    return distributed_utils.free_port
+
+
+@pytest.fixture(scope="session")
+def gloo_processes() -> Callable[..., list]:
+    """``gloo_processes(target, *args, world_size=2)``: ``target(rank, *args)`` (a module-level function of the test
+    module) on ``world_size`` CPU processes forming one gloo group, rank 0 in the test process; what each returned,
+    in rank order (``tests/distributed_utils.py``)."""
+    return distributed_utils.gloo_processes
+
+
+@pytest.fixture(scope="session")
+def launch() -> Callable[..., list[subprocess.CompletedProcess]]:
+    """``launch(args, processes=1, nodes=1, node_args=(), cwd=None, timeout=300, check=True)``: ``python -m
+    rightreasons ARGS`` as one distributed job on CPU — ``processes`` processes on one node (``torchrun
+    --standalone``) or ``nodes`` nodes of one process each, meeting at a c10d rendezvous on 127.0.0.1 (two launcher
+    processes on this machine); ``node_args[i]`` are appended to node ``i``'s command (``tests/distributed_utils.py``)."""
+    return distributed_utils.launch

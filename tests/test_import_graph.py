@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 
 #: rank of each part of the package; a module may import modules of a lower rank, or of its own top-level part
 LAYERS: dict[str, float] = {
-    "errors": -1, "version": -1, "faults": -1, "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "plotting": 0.5,
+    "errors": -1, "version": -1, "faults": -1, "console": -1, "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "plotting": 0.5,
     "bcos": 1,
     "hub.registry": 1.5,
     "models": 2,

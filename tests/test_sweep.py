@@ -44,6 +44,21 @@ def test_only_filters_runs_by_name(capsys):
     assert len(lines) == 3 and all("output_dir=runs/coco2014/baseline-lr" in line for line in lines)
 
 
+def test_set_overrides_every_run_after_the_grid(capsys):
+    grid = ROOT / "configs" / "guidance" / "grids" / "dilated.yaml"
+    runs = sweep.load_grid(grid, ["data.root=/scratch/voc", "guidance.layer=final", "model.kwargs={inplanes: 8}"])
+    assert len(runs) == 18
+    for run in runs:
+        config = run.load()
+        assert config.data.root == "/scratch/voc" and config.model.kwargs == {"inplanes": 8}
+        assert config.guidance.layer == "final"  # --set wins over the grid's fixed overrides
+    assert main(["sweep", str(grid), "--dry-run", "--only", "dilated0.5/l1-w0.01", "--set", "data.root=/d"]) == 0
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.split()[-2:] == ["data.root=/d", "output_dir=runs/voc2007/dilated0.5/l1-w0.01"]
+    with pytest.raises(ConfigError, match="override 'data.root' is not of the form key.path=value"):
+        sweep.load_grid(grid, ["data.root"])
+
+
 def _grid(tmp_path, weights=(0.1, 0.2, 0.3), layers=("input", "final")):
     base = tmp_path / "base.yaml"
     base.write_text("model: {name: bcos_resnet18}\ndata: {name: synthetic-birds}\n")

@@ -1,16 +1,20 @@
-"""The B-cos layer kit: B-cos units, norms and attention on one dynamic-linear mechanism, and explanation mode.
+"""The B-cos layer kit: B-cos units, norms, attention and activations on one dynamic-linear mechanism, and explanation
+mode.
 
 Models built from these layers live in :mod:`rightreasons.models`; this package imports nothing above it (only
 :mod:`rightreasons.encoding` for the six-channel input encoding, re-exported here as :class:`AddInverse`).
 """
 
 from ..encoding import AddInverse
+from .activations import DynamicGELU
 from .dynamic import DynamicLinear, dynamic_apply, explanation_mode, is_explaining
-from .layers import BcosConv2d, BcosLinear, LogitLayer, default_logit_bias
+from .layers import (WEIGHT_MODES, BcosConv2d, BcosifiedConv2d, BcosifiedLinear, BcosLinear, LogitLayer, WeightMode,
+                     default_logit_bias)
 from .norms import NORM_LAYERS, NoBias, Unaffine, get_norm_layer
 from . import norms
 
 __all__ = [
-    "AddInverse", "BcosConv2d", "BcosLinear", "DynamicLinear", "LogitLayer", "NORM_LAYERS", "NoBias", "Unaffine",
-    "default_logit_bias", "dynamic_apply", "explanation_mode", "get_norm_layer", "is_explaining", "norms",
+    "AddInverse", "BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "DynamicGELU", "DynamicLinear",
+    "LogitLayer", "NORM_LAYERS", "NoBias", "Unaffine", "WEIGHT_MODES", "WeightMode", "default_logit_bias",
+    "dynamic_apply", "explanation_mode", "get_norm_layer", "is_explaining", "norms",
 ]

@@ -1,4 +1,4 @@
-"""B-cos units: ``BcosConv2d``, ``BcosLinear`` and the fixed ``LogitLayer``.
+"""B-cos units: ``BcosConv2d``, ``BcosLinear``, their B-cosification variants and the fixed ``LogitLayer``.
 
 A B-cos unit with weight ``w`` computes ``(ŵᵀx) · |cos(x, ŵ)|^(B-1)`` with ``ŵ = w / ‖w‖``: a linear unit whose output
 is scaled down by how badly the input aligns with the weight. It is dynamic linear, ``w̃(x) = |cos|^(B-1) ŵ``, and the
@@ -8,11 +8,17 @@ Numerics follow the B-cos v2 release (docs/science.md, the B-cos transform) so t
 outputs: weights are normalised without eps, patch norms get ``+1e-6`` inside the square root (conv) or ``+1e-12``
 after it (linear), and ``B != 2`` uses ``(|cos| + 1e-6)^(B-1)``. Parameters live at ``<module>.linear.weight`` as in
 the release.
+
+:class:`BcosifiedConv2d` and :class:`BcosifiedLinear` are the units of networks converted from standard ones
+(:func:`rightreasons.bcosify`): the same transform on a weight that is not normalised to unit norm (``"raw"``, the
+B-cosification release) or normalised and multiplied by a learnt per-output gain (``"gain"``), with an optional bias
+added after the transform. At ``B = 1`` both compute the pretrained layer ``wᵀx + b`` exactly.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +26,12 @@ from torch import Tensor, nn
 
 from .dynamic import DynamicLinear
 
-__all__ = ["BcosConv2d", "BcosLinear", "LogitLayer", "default_logit_bias"]
+__all__ = ["BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "LogitLayer", "WEIGHT_MODES", "WeightMode",
+           "default_logit_bias"]
+
+WeightMode = Literal["raw", "gain"]
+WEIGHT_MODES: tuple[str, ...] = ("raw", "gain")
+"""How a B-cosified unit scales its weight: ``raw`` uses ``w`` as it is, ``gain`` uses ``g · w / ‖w‖``."""
 
 
 def _check_bcos_args(b: float, max_out: int, bias: bool, name: str) -> None:
@@ -162,6 +173,93 @@ class BcosLinear(DynamicLinear):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, B={self.b}" + (
             f", max_out={self.max_out}" if self.max_out > 1 else "")
+
+
+def _check_weight_mode(weight_mode: str, name: str) -> None:
+    if weight_mode not in WEIGHT_MODES:
+        raise ValueError(f"{name}: unknown weight_mode {weight_mode!r}; expected one of {list(WEIGHT_MODES)}")
+
+
+def _gain_and_bias(out: Tensor, gain: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
+    """``g · out + b`` with per-output vectors ``g``, ``b`` viewed as ``shape``; either may be absent."""
+    if gain is not None:
+        out = out * gain.view(shape)
+    if bias is not None:
+        out = out + bias.view(shape)
+    return out
+
+
+class BcosifiedConv2d(BcosConv2d):
+    """B-cos convolution of a B-cosified standard network: ``out = conv(x, v) · |conv(x, v) / ‖x‖|^(B-1)``, then
+    ``g · out + bias`` per output channel (each term only where present).
+
+    ``weight_mode="raw"`` uses the weight as it is, ``v = w`` (the B-cosification release): the output is ``‖w‖^B``
+    times that of the unit-norm :class:`BcosConv2d`, so every filter keeps the scale that the pretrained network's
+    later layers (eval-mode BatchNorm statistics) were fitted to. ``"gain"`` uses ``v = ŵ`` and a learnt gain ``g``
+    per output channel (a converter sets it to the pretrained ``‖w‖``): the same at ``B = 1``, ``‖w‖`` times smaller
+    than ``raw`` at ``B = 2``. The bias is added after the B-cos transform, so ``B = 1`` is exactly the pretrained
+    ``conv(x, w) + bias``; a bias makes the unit affine (incomplete explanations), so B-cosified models keep it only
+    for function-preserving conversions and bias-decay schedules.
+
+    Args:
+        in_channels, out_channels, kernel_size, stride, padding, dilation, groups, b, max_out: as for
+            :class:`BcosConv2d` (the gain and bias act per output channel, after MaxOut).
+        bias: add a learnt bias per output channel (``<module>.bias``, zeros at construction).
+        weight_mode: ``"raw"`` or ``"gain"`` (``<module>.gain``, ones at construction).
+
+    Shapes: ``[N, in_channels, H, W] -> [N, out_channels, H', W']``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int] = 1,
+                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
+                 dilation: int | tuple[int, int] = 1, groups: int = 1, b: float = 2, max_out: int = 1,
+                 bias: bool = False, weight_mode: WeightMode = "raw") -> None:
+        _check_weight_mode(weight_mode, "BcosifiedConv2d")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, b, max_out)
+        self.weight_mode = weight_mode
+        self.gain = nn.Parameter(torch.ones(out_channels)) if weight_mode == "gain" else None
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+
+    def normalized_weight(self) -> Tensor:
+        """The weight the transform uses: ``w`` (``raw``) or ``ŵ`` (``gain``). ``[out·max_out, in/groups, kh, kw]``."""
+        return self.linear.weight if self.weight_mode == "raw" else super().normalized_weight()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, C_in, H, W] -> [N, C_out, H', W']``."""
+        return _gain_and_bias(super().forward(x), self.gain, self.bias, (1, -1, 1, 1))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, weight_mode={self.weight_mode}, bias={self.bias is not None}"
+
+
+class BcosifiedLinear(BcosLinear):
+    """B-cos linear layer of a B-cosified standard network (see :class:`BcosifiedConv2d`): ``out = v x · |v x /
+    ‖x‖|^(B-1)``, then ``g · out + bias``, on the last dimension: ``[*, in_features] -> [*, out_features]``.
+
+    Args:
+        in_features, out_features, b, max_out: as for :class:`BcosLinear`.
+        bias: add a learnt bias per output feature.
+        weight_mode: ``"raw"`` (``v = w``) or ``"gain"`` (``v = ŵ`` and a learnt gain per output feature).
+    """
+
+    def __init__(self, in_features: int, out_features: int, b: float = 2, max_out: int = 1, bias: bool = False,
+                 weight_mode: WeightMode = "raw") -> None:
+        _check_weight_mode(weight_mode, "BcosifiedLinear")
+        super().__init__(in_features, out_features, b, max_out)
+        self.weight_mode = weight_mode
+        self.gain = nn.Parameter(torch.ones(out_features)) if weight_mode == "gain" else None
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def normalized_weight(self) -> Tensor:
+        """The weight the transform uses: ``w`` (``raw``) or ``ŵ`` (``gain``). ``[out·max_out, in]``."""
+        return self.linear.weight if self.weight_mode == "raw" else super().normalized_weight()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[*, in_features] -> [*, out_features]``."""
+        return _gain_and_bias(super().forward(x), self.gain, self.bias, (-1,))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, weight_mode={self.weight_mode}, bias={self.bias is not None}"
 
 
 def default_logit_bias(num_classes: int) -> float:

@@ -16,23 +16,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 
 import yaml
 from accelerate import PartialState
-from torch import nn
 from torch.utils.data import DataLoader, Subset
+from tqdm.auto import tqdm
 
 from ..data import collate, eval_transform, load_dataset
 from ..distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
 from ..encoding import reencode
 from ..config import load_config, read_yaml
 from ..errors import UsageError
-from ..hub import capabilities, create_model, load_model
+from ..hub import capabilities, create_model, load_model, read_state_dict
 from ..reporting import plot_shift_curves
 from ..tasks import DistillConfig, distill, write_teacher_cache
 
 __all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SHIFT_SIZE = 224
+"""The input size of ``analyze shift`` when no model file records the resolution it was trained at."""
 
 
 def _add_config(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--root", help="dataset root directory")
     s.add_argument("--split", default="test", help="split to draw images from (default test)")
     s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="dataset option (repeatable)")
-    s.add_argument("--image-size", type=int, default=224, help="model input size (default 224)")
+    s.add_argument("--image-size", type=int, default=None,
+                   help=f"model input size (default: the data.image_size the model files were trained at, else "
+                        f"{DEFAULT_SHIFT_SIZE})")
     s.add_argument("--max-shift", type=int, default=32, help="largest diagonal shift in pixels (default 32)")
     s.add_argument("--num-images", type=int, default=64, help="images to average over (default 64)")
     s.add_argument("--batch-size", type=int, default=16)
@@ -125,35 +133,60 @@ def _parse_options(items: list[str]) -> dict[str, object]:
     return options
 
 
-def _load_model(spec: str) -> tuple[str, nn.Module]:
-    """``[LABEL=]SOURCE``: a model file written by rightreasons or a registry name (label: the file stem or name)."""
+def _model_source(spec: str) -> tuple[str, str]:
+    """``[LABEL=]SOURCE`` → (label, source): a model file written by rightreasons or a registry name (label: the
+    file stem or the name)."""
     label, sep, source = spec.partition("=")
     if not sep:
         label, source = Path(spec).stem if Path(spec).is_file() else spec, spec
-    model = load_model(source) if Path(source).is_file() else create_model(source)
-    return label, model
+    return label, source
+
+
+def _trained_size(source: str) -> int | None:
+    """``data.image_size`` of the training config a model file stores (written by training), or None."""
+    if not Path(source).is_file():
+        return None
+    _, metadata = read_state_dict(source)
+    try:
+        return int(json.loads(metadata["config"])["data"]["image_size"])
+    except (KeyError, TypeError, ValueError):  # no or another config: not a file of our training
+        return None
+
+
+def _shift_size(sources: list[str]) -> int:
+    """The input size of the shift analysis: the one resolution the model files were trained at, else
+    :data:`DEFAULT_SHIFT_SIZE`; models trained at different resolutions need ``--image-size``."""
+    sizes = {s: size for s in sources if (size := _trained_size(s)) is not None}
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"{s} at {size} px" for s, size in sizes.items())
+        raise UsageError(f"the models were trained at different resolutions ({listed}); choose one with --image-size")
+    return next(iter(sizes.values()), DEFAULT_SHIFT_SIZE)
 
 
 def run_shift(args: argparse.Namespace) -> int:
     if args.max_shift < 0 or args.num_images < 1:
         raise UsageError("--max-shift must be >= 0 and --num-images >= 1")
-    canvas = args.image_size + args.max_shift
+    specs = [_model_source(spec) for spec in args.model]
+    size = args.image_size or _shift_size([source for _, source in specs])
+    canvas = size + args.max_shift
     dataset = load_dataset(args.data, args.root, args.split, transform=eval_transform(canvas, encoding="none",
                                                                                       crop_fraction=1.0),
                            **_parse_options(args.option))
     subset = Subset(dataset, range(min(args.num_images, len(dataset))))
     shifts = list(range(args.max_shift + 1))
     curves = {}
-    for spec in args.model:
-        label, model = _load_model(spec)
+    for k, (label, source) in enumerate(specs, 1):
+        model = load_model(source) if Path(source).is_file() else create_model(source)
         caps = capabilities(model)
         method = resolve_explanation(args.explanation, caps.bcos)
-        batches = (reencode(b["image"], "none", caps.encoding)
-                   for b in DataLoader(subset, batch_size=args.batch_size, collate_fn=collate))
-        curves[label] = shift_similarity(model, batches, args.image_size, shifts, method, args.layer).tolist()
+        logger.info("[%d/%d] %s: %s explanations of %d images at %d px, shifted by 0 … %d px", k, len(specs), label,
+                    method, len(subset), size, args.max_shift)
+        loader = DataLoader(subset, batch_size=args.batch_size, collate_fn=collate)
+        batches = (reencode(b["image"], "none", caps.encoding) for b in tqdm(loader, desc=label, disable=None))
+        curves[label] = shift_similarity(model, batches, size, shifts, method, args.layer).tolist()
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"shifts": shifts, "curves": curves, "data": args.data, "split": args.split,
-              "image_size": args.image_size, "images": len(subset)}
+              "image_size": size, "images": len(subset)}
     (args.out / "shift.json").write_text(json.dumps(result, indent=2))
     plot_shift_curves(args.out / "shift.png", shifts, curves,
                       title=f"{args.data} {args.split}: explanation vs shift")

@@ -1,10 +1,8 @@
-"""``rightreasons models [PATTERN]``: list the registered architectures."""
+"""`rightreasons models [PATTERN]`: list the registered architectures (name and family, one per line on stdout)."""
 
 from __future__ import annotations
 
 import argparse
-
-from ..hub import get_model_spec, list_models
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,6 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..hub import get_model_spec, list_models  # builds the zoo: only when the command runs
+
     for name in list_models(args.pattern, bcos=True if args.bcos else None):
         print(f"{name:32s} {get_model_spec(name).family}")
     return 0

@@ -1,7 +1,10 @@
-"""``rightreasons prepare voc|coco|waterbirds ROOT``: check a dataset download and build what is derived from it.
+"""``rightreasons prepare voc2007|coco2014|waterbirds100 --root DIR``: check a dataset download and build what is
+derived from it.
 
 Each prints what it found and exactly what is missing or wrong; exit code 1 if anything is (see
-:mod:`rightreasons.data.prepare`).
+:mod:`rightreasons.data.prepare`). ``--root`` defaults to the ``data.root`` of the shipped configs
+(:data:`DEFAULT_ROOTS`), so that a download put there is found by ``configs/guidance/*.yaml`` without overrides.
+The short names ``voc``, ``coco`` and ``waterbirds`` are accepted too.
 """
 
 from __future__ import annotations
@@ -11,27 +14,40 @@ from pathlib import Path
 
 from ..data.prepare import coco, voc, waterbirds
 
+__all__ = ["DEFAULT_ROOTS", "register"]
+
+#: dataset → the ``data.root`` of its configs in ``configs/guidance/``
+DEFAULT_ROOTS = {"voc2007": "data/VOCdevkit/VOC2007", "coco2014": "data/coco",
+                 "waterbirds100": "data/waterbird_1.0_forest2water2"}
+
+
+def _root(parser: argparse.ArgumentParser, dataset: str, what: str) -> None:
+    parser.add_argument("--root", type=Path, default=Path(DEFAULT_ROOTS[dataset]),
+                        help=f"{what} (default {DEFAULT_ROOTS[dataset]}, the data.root of the shipped configs)")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("prepare", help="check a dataset download (VOC, COCO, Waterbirds), build derived files")
     datasets = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
 
-    s = datasets.add_parser("voc", help="PASCAL VOC 2007", description=voc.__doc__.splitlines()[0])
-    s.add_argument("root", type=Path, help="VOCdevkit/VOC2007 (or a folder holding it)")
+    s = datasets.add_parser("voc2007", aliases=["voc"], help="PASCAL VOC 2007", description=voc.__doc__.splitlines()[0])
+    _root(s, "voc2007", "VOCdevkit/VOC2007 (or a folder holding it)")
     s.add_argument("--tars", type=Path, help="folder with the two release tar files, to check their md5")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official image counts")
     s.set_defaults(func=lambda a: voc.check(a.root, a.tars, a.allow_partial).print())
 
-    s = datasets.add_parser("coco", help="MS COCO 2014", description=coco.__doc__.splitlines()[0])
-    s.add_argument("root", type=Path, help="the COCO root (annotations/, train2014/, val2014/)")
+    s = datasets.add_parser("coco2014", aliases=["coco"], help="MS COCO 2014", description=coco.__doc__.splitlines()[0])
+    _root(s, "coco2014", "the COCO root (annotations/, train2014/, val2014/)")
     s.add_argument("--checksums", type=Path, help="md5sum-style file of paths relative to ROOT")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official counts")
     s.set_defaults(func=lambda a: coco.check(a.root, a.checksums, a.allow_partial).print())
 
-    s = datasets.add_parser("waterbirds", help="Waterbirds-100 (builds the bird boxes from the CUB masks)",
+    s = datasets.add_parser("waterbirds100", aliases=["waterbirds"],
+                            help="Waterbirds-100 (builds the bird boxes from the CUB masks)",
                             description=waterbirds.__doc__.splitlines()[0])
-    s.add_argument("root", type=Path, help="the folder holding metadata.csv and the images")
-    s.add_argument("--segmentations", type=Path, help="CUB-200-2011 segmentations/ directory")
+    _root(s, "waterbirds100", "the folder holding metadata.csv and the images")
+    s.add_argument("--segmentations", type=Path,
+                   help="CUB-200-2011's segmentations/ directory (from segmentations.tgz): builds ROOT/boxes.csv")
     s.add_argument("--threshold", type=float, default=0.5, help="mask threshold in [0, 1] (default 0.5)")
     s.add_argument("--box-file", default="boxes.csv", help="box file name inside ROOT (default boxes.csv)")
     s.set_defaults(func=lambda a: waterbirds.check(a.root, a.segmentations, a.threshold, a.box_file).print())

@@ -19,6 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("grids", nargs="+", type=Path, help="grid files (configs/guidance/grids/*.yaml)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     p.add_argument("--collect-only", action="store_true", help="do not train; only write the Pareto report")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="extra",
+                   help="config override for every run, after the grid's own (repeatable), e.g. data.root=/scratch")
     p.add_argument("--only", action="append", default=[], metavar="TEXT",
                    help="keep the runs whose name contains TEXT (repeatable: any of them)")
     p.add_argument("--launcher", default=None, metavar="CMD",
@@ -29,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    runs = [r for grid in args.grids for r in load_grid(grid)]
+    runs = [r for grid in args.grids for r in load_grid(grid, args.extra)]
     if args.only:
         runs = [r for r in runs if any(text in r.name for text in args.only)]
     launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]

@@ -18,21 +18,24 @@ from ..errors import UnknownNameError, UsageError
 from .annotations import annotated_count, select_annotated
 from .base import AnnotatedDataset, Records
 from .box_policy import BOX_POLICIES, check_boxes
-from .coco import COCO2014
+from .coco import COCO_SPLITS, COCO2014
 from .errors import BoxWarning, DataError
 from .imagenet import ImageNet
 from .sample import collate, make_sample
+from .synthetic import SPLITS as SYNTHETIC_SPLITS
 from .synthetic import SyntheticConfig, generate, load_synthetic, write_synthetic
 from .transforms import (AttachExplanations, ExplanationMap, SanitizeBoxes, base_view, eval_transform,
                          train_transform, transforms_for)
-from .voc import VOC_CLASSES, VOC2007
-from .waterbirds import GROUP_NAMES, Waterbirds100
+from .voc import VOC_CLASSES, VOC_SPLITS, VOC2007
+from .waterbirds import GROUP_NAMES, WATERBIRDS_SPLITS, Waterbirds100
 
-__all__ = ["BOX_POLICIES", "COMMON_OPTIONS", "DATASETS", "GROUP_NAMES", "VOC_CLASSES", "AnnotatedDataset",
+__all__ = ["BOX_POLICIES", "COMMON_OPTIONS", "DATASETS", "DATASET_SPLITS", "GROUP_NAMES", "VOC_CLASSES",
+           "AnnotatedDataset",
            "AttachExplanations", "BoxWarning", "COCO2014", "DataError", "ExplanationMap", "ImageNet", "Records",
            "SanitizeBoxes", "SyntheticConfig", "VOC2007", "Waterbirds100", "annotated_count", "base_view",
-           "check_boxes", "collate", "eval_transform", "generate", "load_dataset", "load_synthetic", "make_sample",
-           "select_annotated", "train_transform", "transforms_for", "write_synthetic"]
+           "check_boxes", "collate", "default_test_split", "eval_transform", "generate", "load_dataset",
+           "load_synthetic", "make_sample", "select_annotated", "train_transform", "transforms_for",
+           "write_synthetic"]
 
 
 #: name → builder ``(root, split, **options)``; ``root`` may be None for the synthetic datasets (generated in memory).
@@ -43,6 +46,17 @@ DATASETS: dict[str, Callable[..., AnnotatedDataset]] = {
     "imagenet": ImageNet,
     "synthetic-birds": partial(load_synthetic, "synthetic-birds"),
     "synthetic-multilabel": partial(load_synthetic, "synthetic-multilabel"),
+}
+
+#: name → the splits of its standard layout (ImageNet: the folders ``train/`` and ``val/``; COCO 2014 publishes no
+#: test annotations, so its held-out split is ``val``)
+DATASET_SPLITS: dict[str, tuple[str, ...]] = {
+    "voc2007": VOC_SPLITS,
+    "coco2014": COCO_SPLITS,
+    "waterbirds100": WATERBIRDS_SPLITS,
+    "imagenet": ("train", "val"),
+    "synthetic-birds": SYNTHETIC_SPLITS,
+    "synthetic-multilabel": SYNTHETIC_SPLITS,
 }
 
 _BASE_PARAMETERS = inspect.signature(AnnotatedDataset.__init__).parameters
@@ -70,3 +84,11 @@ def load_dataset(name: str, root: str | os.PathLike | None, split: str, **option
     if root is None and not name.startswith("synthetic-"):
         raise UsageError(f"dataset {name!r} needs a root directory")
     return builder(root, split, **options)
+
+
+def default_test_split(name: str) -> str:
+    """The split a trained model is scored on by default (``rightreasons evaluate``): ``test`` where dataset ``name``
+    has one (VOC 2007, Waterbirds-100, the synthetic sets), else ``val`` (COCO 2014, ImageNet)."""
+    if name not in DATASET_SPLITS:
+        raise UnknownNameError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    return "test" if "test" in DATASET_SPLITS[name] else "val"

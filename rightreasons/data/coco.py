@@ -30,6 +30,7 @@ from pycocotools.coco import COCO
 
 from .base import AnnotatedDataset, Records
 from .box_policy import check_boxes
+from ..errors import UsageError
 from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
 
@@ -97,8 +98,8 @@ class COCO2014(AnnotatedDataset):
                  include_unannotated: bool = False, annotation_file: str | os.PathLike | None = None,
                  image_dir: str | os.PathLike | None = None, box_policy: str = "drop", **options) -> None:
         if split not in COCO_SPLITS and (annotation_file is None or image_dir is None):
-            raise ValueError(f"unknown COCO split {split!r}; expected one of {', '.join(COCO_SPLITS)} "
-                             "(or give annotation_file= and image_dir=)")
+            raise UsageError(f"unknown COCO split {split!r}; expected one of {', '.join(COCO_SPLITS)} (COCO 2014 "
+                             "publishes no test annotations; or give annotation_file= and image_dir=)")
         if crowd not in CROWD_POLICIES:
             raise ValueError(f"unknown crowd policy {crowd!r}; expected one of {', '.join(CROWD_POLICIES)}")
         root = require_dir(root, "COCO 2014")

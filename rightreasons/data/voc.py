@@ -23,6 +23,7 @@ import numpy as np
 
 from .base import AnnotatedDataset, Records
 from .box_policy import check_boxes
+from ..errors import UsageError
 from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
 
@@ -102,7 +103,7 @@ def parse_voc_xml(path: Path, *, use_difficult: bool = True, box_policy: str = "
 
 def _read_split(root: Path, split: str) -> list[str]:
     if split not in VOC_SPLITS:
-        raise ValueError(f"unknown VOC split {split!r}; expected one of {', '.join(VOC_SPLITS)}")
+        raise UsageError(f"unknown VOC split {split!r}; expected one of {', '.join(VOC_SPLITS)}")
     path = root / "ImageSets" / "Main" / f"{split}.txt"
     lines = [(n, line.strip()) for n, line in enumerate(read_text(path, f"VOC image set '{split}'").splitlines(), 1)
              if line.strip()]

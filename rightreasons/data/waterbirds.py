@@ -5,12 +5,14 @@ Layout (the release of Petryk et al., "waterbird_1.0_forest2water2")::
     root/metadata.csv       columns img_filename, y (0 landbird, 1 waterbird), place (0 land, 1 water),
                             split (0 train, 1 val, 2 test); other columns are ignored
     root/<img_filename>     the images
-    root/boxes.csv          the bird boxes (our format, written by `rightreasons prepare waterbirds`)
+    root/boxes.csv          the bird boxes (our format), built from the CUB-200-2011 bird masks (``segmentations/``)
+                            by ``rightreasons prepare waterbirds100 --root ROOT --segmentations DIR``
 
 Box file format: CSV with header ``img_filename,x1,y1,x2,y2`` and one row per image; XYXY in pixels of that image,
 0-based with exclusive ``x2, y2`` (the box covers pixel columns ``x1 … x2 − 1``), e.g.
 ``001.Black_footed_Albatross/Black_Footed_Albatross_0046_18.jpg,31,40,420,297``.
-``box_file=None`` loads without boxes (every image has ``has_boxes=False``).
+``box_file=None`` (in a config: ``data.options.box_file=null``, with ``data.annotated_fraction=0``) loads without
+boxes: every image has ``has_boxes=False``, training works without guidance and reports no localisation metrics.
 
 Groups (``sample["group"]``, :data:`GROUP_NAMES`): ``group = 2·y + place`` — 0 = G1 landbird/land, 1 = G2
 landbird/water, 2 = G3 waterbird/land (the worst group), 3 = G4 waterbird/water.
@@ -36,14 +38,17 @@ import numpy as np
 from .base import AnnotatedDataset, Records
 from ..boxes import complement_boxes
 from .box_policy import check_boxes
+from ..errors import UsageError
 from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
 
-__all__ = ["GROUP_NAMES", "WATERBIRDS_TASKS", "Waterbirds100", "read_box_file", "read_metadata"]
+__all__ = ["GROUP_NAMES", "WATERBIRDS_SPLITS", "WATERBIRDS_TASKS", "Waterbirds100", "read_box_file",
+           "read_metadata"]
 
 GROUP_NAMES = ("G1 landbird/land", "G2 landbird/water", "G3 waterbird/land", "G4 waterbird/water")
 WATERBIRDS_TASKS = {"conventional": ("landbird", "waterbird"), "reversed": ("land", "water")}
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
+WATERBIRDS_SPLITS = tuple(SPLIT_CODES)
 BOX_COLUMNS = ("img_filename", "x1", "y1", "x2", "y2")
 
 
@@ -112,9 +117,10 @@ class Waterbirds100(AnnotatedDataset):
                  box_file: str | os.PathLike | None = "boxes.csv", train_like_val: bool = True,
                  **options) -> None:
         if split not in SPLIT_CODES:
-            raise ValueError(f"unknown Waterbirds split {split!r}; expected one of {', '.join(SPLIT_CODES)}")
+            raise UsageError(f"unknown Waterbirds split {split!r}; expected one of {', '.join(SPLIT_CODES)}")
         if task not in WATERBIRDS_TASKS:
-            raise ValueError(f"unknown Waterbirds task {task!r}; expected one of {', '.join(WATERBIRDS_TASKS)}")
+            raise UsageError(f"unknown Waterbirds task {task!r} (data.options.task); expected one of "
+                             f"{', '.join(WATERBIRDS_TASKS)}")
         root = require_dir(root, "Waterbirds-100")
         meta_path = require_file(root / "metadata.csv", "Waterbirds metadata.csv")
         rows = [r for r in read_metadata(meta_path) if r[3] == SPLIT_CODES[split]]
@@ -122,15 +128,21 @@ class Waterbirds100(AnnotatedDataset):
             rows = [r for r in rows if r[1] == r[2]]
         if box_file is None:
             if options.get("annotated_fraction", 0.0):
-                raise ValueError("annotated_fraction > 0 needs a box file (box_file=None loads no boxes)")
+                raise UsageError(f"annotated_fraction={options['annotated_fraction']} needs a box file, but "
+                                 "data.options.box_file=null loads no boxes: add data.annotated_fraction=0 to train "
+                                 "without boxes, or build the box file from the CUB-200-2011 bird masks with "
+                                 f"`rightreasons prepare waterbirds100 --root {root} --segmentations "
+                                 "DIR/segmentations`")
             options["annotated_fraction"] = 0.0
             box_table = {}
         else:
             box_path = Path(box_file) if Path(box_file).is_absolute() else root / box_file
             if not box_path.is_file():
-                raise DataError(f"{box_path}: Waterbirds box file not found; build it with `rightreasons prepare "
-                                "waterbirds ROOT --segmentations DIR`, or set data.options.box_file=null (no boxes: "
-                                "training only, without guidance or localisation metrics)")
+                raise DataError(f"{box_path}: Waterbirds box file not found; build it from the CUB-200-2011 bird "
+                                f"masks (segmentations.tgz, which unpacks to segmentations/) with `rightreasons "
+                                f"prepare waterbirds100 --root {root} --segmentations DIR/segmentations`, or train "
+                                "without boxes (no guidance, no localisation metrics) with the overrides "
+                                "data.options.box_file=null data.annotated_fraction=0")
             box_table = read_box_file(box_path)
             missing = [r[0] for r in rows if r[0] not in box_table]
             if missing:

@@ -84,8 +84,7 @@ def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], teacher: dict
             "image. Test split, in % (explanation similarity: mean cosine × 100):\n",
             markdown_table(rows, ["model", *DISTILL_METRICS], ["student", *HEADERS]),
             "\nAgreement: the student predicts the teacher's top-1 class. ID: G1, G4 (background matches the bird, "
-            "as in training); OOD: G2, G3. **Benchmark** (means, p.p.):\n"]
-    text += [f"- {'✓' if c['passed'] else '✗'} {c['check']}: {c['value']:+.1f}" for c in checks]
+            "as in training); OOD: G2, G3.\n", ctx.benchmark(checks)]
     text += ["\nB-cos explanations of the ground-truth class by the teacher and the students (seed 0), predicted "
              f"class and probability (green: correct):\n\n![teacher and students]({figure.relative_to(ctx.out)})"]
     return "\n".join(text)

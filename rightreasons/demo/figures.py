@@ -16,9 +16,11 @@ import torch
 from matplotlib.patches import Rectangle
 
 from ..boxes import outline
+from ..classification import class_probabilities, resolve_classification_loss
 from ..data import GROUP_NAMES, collate
+from ..evaluation import is_multilabel
 from ..explain import explain, to_rgba
-from ..hub import load_model
+from ..hub import capabilities, load_model
 from ..plotting import figure
 from ..reporting import mark_fronts, markdown_table, plot_pareto
 from .pipeline import DemoContext
@@ -50,8 +52,13 @@ def explanation_targets(ctx: DemoContext) -> list[int]:
 def draw_explanations(ctx: DemoContext, models: Mapping[str, Path], filename: str) -> tuple[Path, list[dict[str, Any]]]:
     """A grid of the chosen test images (:func:`explanation_targets`, box drawn), one row per image, and for each of
     ``models`` (column title → model file) its colour explanation of the ground-truth class, titled with the
-    predicted class and its probability (green: correct). Written to ``out/figures/<filename>``; returns the path
-    and, per image, its id, group, label and every model's prediction."""
+    predicted class, its probability and its logit (green: correct). Written to ``out/figures/<filename>``; returns
+    the path and, per image, its id, group, label and every model's prediction.
+
+    Probabilities go through the link of the loss the demo's recipes train with (the default, ``auto``: BCE for
+    B-cos models, so ``sigmoid``). Small B-cos networks trained for a few epochs, as here, can have logits of order
+    1e-3: every probability is then within a fraction of a percent of 0.5, and the logit shows the margin the
+    prediction rests on."""
     loaded = {name: load_model(model_file).to(ctx.device).eval() for name, model_file in models.items()}
     test = ctx.test_set(next(iter(loaded.values())))  # B-cos models: one encoding for all
     indices = explanation_targets(ctx)
@@ -61,11 +68,13 @@ def draw_explanations(ctx: DemoContext, models: Mapping[str, Path], filename: st
     shown: dict[str, Any] = {}
     for name, model in loaded.items():
         e = explain(model, images, target=labels)
-        probabilities = torch.sigmoid(e.logits.detach().float())
+        loss = resolve_classification_loss("auto", capabilities(model).bcos, is_multilabel(test))
+        probabilities = class_probabilities(e.logits, loss)
         predicted = probabilities.argmax(1)
         shown[name] = {"rgba": to_rgba(images.cpu(), e.weights.cpu(), smooth=_smooth_window(ctx.settings.image_size)),
                        "class": predicted.cpu().tolist(),
-                       "probability": probabilities.gather(1, predicted[:, None])[:, 0].cpu().tolist()}
+                       "probability": probabilities.gather(1, predicted[:, None])[:, 0].cpu().tolist(),
+                       "logit": e.logits.detach().float().gather(1, predicted[:, None])[:, 0].cpu().tolist()}
     rows, cols = len(indices), 1 + len(models)
     path = ctx.out / "figures" / filename
     with figure(path, rows, cols, size=(1.9 * cols, 1.9 * rows + 0.4), dpi=110) as (_, axes):
@@ -89,11 +98,12 @@ def _draw_grid(axes: Any, test: Any, indices: list[int], batch: dict[str, Any], 
                   "predictions": {}}
         for c, name in enumerate(models, start=1):
             predicted, probability = shown[name]["class"][r], shown[name]["probability"][r]
+            logit = shown[name]["logit"][r]
             axes[r][c].imshow(shown[name]["rgba"][r].numpy())
             correct = predicted == int(labels[r])
-            axes[r][c].set_title(f"{classes[predicted]} {probability:.2f}", fontsize=7,
+            axes[r][c].set_title(f"{classes[predicted]} p={probability:.3f}\nlogit {logit:+.2g}", fontsize=6,
                                  color="darkgreen" if correct else "firebrick")
-            record["predictions"][name] = {"class": classes[predicted], "probability": probability}
+            record["predictions"][name] = {"class": classes[predicted], "probability": probability, "logit": logit}
         records.append(record)
     for c, name in enumerate(["input + box", *models]):
         axes[0][c].annotate(name, (0.5, 1.32), xycoords="axes fraction", ha="center", fontsize=8, weight="bold")
@@ -103,6 +113,11 @@ def _draw_grid(axes: Any, test: Any, indices: list[int], batch: dict[str, Any], 
     return records
 
 
+def _median_abs_logit(records: list[dict[str, Any]]) -> float:
+    logits = [abs(p["logit"]) for r in records for p in r["predictions"].values()]
+    return float(torch.tensor(logits).median())
+
+
 def explanation_figure(ctx: DemoContext) -> None:
     """Stage: explanations of the chosen test images by the baseline and every guided model (seed 0)."""
     path, records = draw_explanations(ctx, {name: ctx.models[name][0] for name in ctx.settings.models},
@@ -110,7 +125,11 @@ def explanation_figure(ctx: DemoContext) -> None:
     ctx.results["explanations"] = {"figure": str(path.relative_to(ctx.out)), "seed": 0, "images": records}
     ctx.add_section("Explanations before and after guidance",
                     "B-cos explanations (W(x), colour-coded; seed 0) of the ground-truth class for the same test "
-                    "images, one row per image, with the predicted class and its probability (green: correct). "
+                    "images, one row per image, with the predicted class, its probability (sigmoid of the logit: "
+                    "B-cos models train with BCE) and its logit (green: correct). The median |logit| shown is "
+                    f"{_median_abs_logit(records):.2g}: small B-cos networks trained for a few epochs have small "
+                    "logits, so their probabilities stay close to 0.5 and the logit shows what the prediction rests "
+                    "on. "
                     f"Rows: {', '.join(r['group'] for r in records)}.\n\n"
                     f"![explanations]({path.relative_to(ctx.out)})")
 

@@ -48,6 +48,18 @@ class DemoContext:
         """Append a ``## title`` section to the report."""
         self.sections.append((title, body.strip() + "\n"))
 
+    def benchmark(self, checks: list[dict[str, Any]]) -> str:
+        """The benchmark checks as a Markdown list under a **Benchmark** heading: ✓ passed, ✗ failed, with the value
+        (means, p.p.). In a smoke run (``settings.smoke``, ``--quick``) the heading and every ✗ say that the run is
+        too small for the checks to mean anything."""
+        smoke = self.settings.smoke
+        heading = "**Benchmark** (means, p.p.)" + (
+            ": *smoke run* (`--quick`: one seed, few images and epochs) — it only shows that every stage runs; the "
+            "checks need the full demo, and ✗ here says nothing about the method" if smoke else "") + ":\n"
+        lines = [f"- {'✓' if c['passed'] else '✗'} {c['check']}: {c['value']:+.1f}"
+                 + (" (smoke run)" if smoke and not c["passed"] else "") for c in checks]
+        return "\n".join([heading, *lines])
+
     def log(self, message: str) -> None:
         """Progress on stderr (stdout stays free for the command's result)."""
         print(f"[demo] {message}", file=sys.stderr, flush=True)

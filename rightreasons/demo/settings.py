@@ -2,9 +2,10 @@
 
 The benchmark is ``synthetic-birds`` (:mod:`rightreasons.data.synthetic`), a Waterbirds-100-like task: a disc
 (landbird) or triangle (waterbird) on a land or water background, the background matching the class in every
-training and validation image and balanced in the test split. The model is a narrow B-cos ResNet-18 at 64 px and the
-e²KD student one of half its width, so that the full demo (3 seeds, 15 trainings and 9 distillations) fits in 10
-minutes on 2 CPU cores and the quick one in 2.
+training image, and the validation and test splits balanced over the four groups. The model is a narrow B-cos
+ResNet-18 at 64 px and the e²KD student one of half its width. Every training is the guidance study's recipe
+(:class:`~rightreasons.experiments.GuidanceRecipe`): it exports the checkpoint with the best validation worst-group
+accuracy, and the test split is only reported.
 """
 
 from __future__ import annotations
@@ -12,17 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..experiments.guidance_study import DataVariant, GuidanceRecipe, GuidedVariant
+
 __all__ = ["DemoSettings", "DistillationSettings", "GuidedVariant"]
-
-
-@dataclass(frozen=True)
-class GuidedVariant:
-    """One guided fine-tuning of the baseline: localisation ``loss`` with weight λ on boxes dilated by ``dilation``."""
-
-    name: str
-    loss: str
-    weight: float
-    dilation: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -58,7 +51,9 @@ class DemoSettings:
     """All knobs of a demo run; :meth:`full` and :meth:`quick` are the two presets the command offers.
 
     ``data_options`` go to ``load_dataset("synthetic-birds", None, split, ...)`` for every split; ``train_images``
-    (when set) fixes the size of the training and validation splits, ``test_images`` the test split's.
+    (when set) fixes the size of the training and validation splits, ``test_images`` the test split's. ``smoke``
+    marks a smoke run (the quick preset): it exercises every stage, too small for the benchmark checks to mean
+    anything, and its report says so next to each check.
     """
 
     seeds: int = 3
@@ -75,18 +70,24 @@ class DemoSettings:
     guided_epochs: int = 4
     guided_lr: float = 2e-3
     annotated_fraction: float = 0.1
+    min_annotated_per_batch: int = 2
     variants: tuple[GuidedVariant, ...] = (
         GuidedVariant("energy", "energy", 5.0),
         GuidedVariant("l1", "l1", 5.0),
         GuidedVariant("energy-dilated50", "energy", 5.0, 0.5),
         GuidedVariant("l1-dilated50", "l1", 5.0, 0.5),
+        GuidedVariant("energy-1pct", "energy", 5.0, annotated_fraction=0.01),
     )
     explain_per_group: int = 2
     distillation: DistillationSettings = field(default_factory=DistillationSettings)
+    smoke: bool = False
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
             raise ValueError(f"the demo needs at least one seed, got seeds={self.seeds}")
+        unknown = sorted(set(self.data_options) - {"correlation", "difficulty", "seed"})
+        if unknown:
+            raise ValueError(f"data_options may set correlation, difficulty and seed, got {unknown}")
         names = [v.name for v in self.variants]
         if "baseline" in names or len(set(names)) != len(names):
             raise ValueError(f"guided variant names must be unique and not 'baseline', got {names}")
@@ -103,17 +104,31 @@ class DemoSettings:
     def quick(cls, seeds: int | None = None) -> DemoSettings:
         """A smoke run of every stage: 1 seed, fewer and smaller splits, fewer epochs."""
         return cls(seeds=1 if seeds is None else seeds, train_images=512, test_images=200, baseline_epochs=3,
-                   guided_epochs=1, explain_per_group=1, distillation=DistillationSettings(epochs=1))
+                   guided_epochs=1, explain_per_group=1, distillation=DistillationSettings(epochs=1), smoke=True)
 
     @property
     def models(self) -> tuple[str, ...]:
         """The model names in report order: the baseline, then the guided variants."""
         return ("baseline", *(v.name for v in self.variants))
 
+    @property
+    def recipe(self) -> GuidanceRecipe:
+        """How every training of the demo runs (baseline and guided fine-tunings)."""
+        return GuidanceRecipe(model=self.model, model_kwargs=dict(self.model_kwargs), batch_size=self.batch_size,
+                              crop_scale=list(self.crop_scale), baseline_epochs=self.baseline_epochs,
+                              baseline_lr=self.baseline_lr, guided_epochs=self.guided_epochs,
+                              guided_lr=self.guided_lr, train_images=self.train_images, test_images=self.test_images,
+                              select="worst_group_accuracy", min_annotated_per_batch=self.min_annotated_per_batch)
+
+    @property
+    def data(self) -> DataVariant:
+        """The benchmark variant the demo trains on."""
+        options = {"correlation": 1.0, "difficulty": 0.5, "seed": 0, **self.data_options}
+        return DataVariant(options["correlation"], options["difficulty"], options["seed"], self.image_size)
+
     def dataset_options(self, split: str) -> dict[str, Any]:
         """Options of ``load_dataset`` for ``split`` (train, val or test)."""
-        count = self.test_images if split == "test" else self.train_images
-        return {**self.data_options, "size": self.image_size, **({"n": count} if count else {})}
+        return self.recipe.data_options(self.data, split)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,11 @@ into place, and only then is its record written (atomically). A rerun skips shar
 recorded size, recomputes the others (a killed run leaves at most a temporary file or a shard without a record), and
 finally writes the complete manifest. Several processes can write one cache together (shard ``s`` is written by
 process ``s mod world_size``). Batches never cross shard boundaries, so a resumed run writes the same bytes.
+
+Processes writing together must see one directory: on nodes that do not share a filesystem each would write its
+shards to a disk of its own and the cache would stay incomplete everywhere. Before any shard is computed, process 0
+writes a random token to ``.writers`` and every process reads it back; when some do not see it, every process raises
+the same :class:`~rightreasons.errors.CacheError`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -60,6 +66,7 @@ FORMAT, VERSION = "rightreasons-explanation-cache", 1
 MANIFEST = "manifest.json"
 SETTING_KEYS = ("teacher", "data", "transform", "explanation")
 DEFAULT_SHARD_BYTES = 256 * 2 ** 20
+WRITERS = ".writers"
 _HASH_CHUNK = 2 ** 22
 
 #: ``explainer(images [N, C, H, W]) -> (logits [N, K], explanations [N, C', H', W'])`` on the teacher's input
@@ -183,9 +190,27 @@ def _finished(root: Path, index: int) -> bool:
         return False
 
 
+def _check_shared(root: Path, token: str | None, rank: int, world_size: int,
+                  gather: Callable[[Any], list[Any]]) -> None:
+    """Refuse, on every process at once, a directory that not every process sees (process 0 wrote ``token`` to
+    :data:`WRITERS` in it before calling this)."""
+    token = gather(token)[0]
+    try:
+        seen = (root / WRITERS).read_text() == token
+    except OSError:
+        seen = False
+    blind = [r for r, ok in enumerate(gather(seen)) if not ok]
+    if blind:
+        raise CacheError(f"{root} is not one directory for all {world_size} processes: process(es) {blind} do not see "
+                         "the file process 0 wrote there (a disk of each node's own?). Processes write one cache "
+                         "together only on a filesystem they share (NFS, Lustre, ...): put the cache there, or write "
+                         "it on one node and copy it to the others")
+
+
 def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, setting: Mapping[str, Any], *,
                 batch_size: int = 64, shard_size: int | None = None, device: torch.device | str = "cpu",
                 rank: int = 0, world_size: int = 1, barrier: Callable[[], None] = lambda: None,
+                gather: Callable[[Any], list[Any]] = lambda value: [value],
                 target_shard_bytes: int = DEFAULT_SHARD_BYTES, provenance: Mapping[str, Any] | None = None,
                 progress: Callable[[int, int], None] | None = None) -> Path:
     """Explain every image of ``dataset`` once and store logits and explanations in ``out``; returns the manifest.
@@ -199,13 +224,15 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
         batch_size: images per teacher call (batches stay inside a shard).
         shard_size: images per shard; ``None`` = about ``target_shard_bytes`` per shard, or the size of the partial
             cache being resumed.
-        rank, world_size, barrier: this process's share when several processes write together (``barrier``
-            synchronises them); defaults: one process.
+        rank, world_size, barrier, gather: this process's share when several processes write together
+            (``barrier`` synchronises them, ``gather(value)`` returns every process's value in rank order); defaults:
+            one process.
         provenance: extra information recorded but not compared (teacher checkpoint path, ...).
         progress: called as ``progress(shards_done, shards_total)`` after each shard written by this process.
 
     Raises:
         CacheMismatchError: ``out`` holds a cache (partial or complete) of another setting, dataset or sharding.
+        CacheError: not every process sees ``out`` (module docstring).
     """
     root = Path(out)
     missing = [k for k in SETTING_KEYS if k not in setting]
@@ -217,6 +244,13 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
         raise ValueError("write_cache: the dataset is empty")
     header: dict[str, Any] = {"format": FORMAT, "version": VERSION, **{k: setting[k] for k in SETTING_KEYS},
                               "num_images": len(ids), "ids_sha256": _ids_digest(ids)}
+    if world_size > 1:  # before anything is read: every process must see the same files
+        token = None
+        if rank == 0:
+            root.mkdir(parents=True, exist_ok=True)
+            token = secrets.token_hex(16)
+            (root / WRITERS).write_text(token)
+        _check_shared(root, token, rank, world_size, gather)
     manifest_path = root / MANIFEST
     existing = _read_json(manifest_path) if manifest_path.is_file() else None
     if existing is not None:

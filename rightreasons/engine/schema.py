@@ -20,6 +20,7 @@ from ..classification import ClassificationLossName
 from ..config import expect
 from ..explain.methods import MapMethodName
 from ..guidance.losses import GuidanceReduction, LossName
+from ..guidance.objective import ExplainChoice
 from .optim import OptimizerName, ScheduleName
 
 __all__ = ["CheckpointConfig", "DataConfig", "EvalConfig", "GuidanceConfig", "LossConfig", "ModelConfig",
@@ -28,17 +29,37 @@ __all__ = ["CheckpointConfig", "DataConfig", "EvalConfig", "GuidanceConfig", "Lo
 
 @dataclass
 class ModelConfig:
-    """Which model to train: a registry name plus weights to start from."""
+    """Which model to train: a registry name plus weights to start from.
+
+    * ``pretrained: true`` — the published ImageNet weights of ``name`` (:mod:`rightreasons.hub.pretrained`; the
+      classifier is replaced to fit the data's classes): how the shipped baselines start.
+    * ``checkpoint`` — a weights file (any layout :func:`rightreasons.hub.weights.load_weights` reads, e.g. our
+      ``model.safetensors``) or the directory of a finished run, which stands for its ``model.safetensors``
+      (``checkpoint: runs/voc2007/baseline``): how the shipped guided runs start from their baseline.
+    * ``kwargs`` — constructor arguments of the architecture, e.g. ``{inplanes: 16}`` for a ResNet of width 16;
+      never ``num_classes``, which comes from the data (for a student, from its teacher).
+    * ``sync_bn`` — on several processes, take the BatchNorm statistics of a training step over the global batch
+      (synchronised BatchNorm, :func:`rightreasons.convert_sync_batchnorm`), so that N processes train exactly as one
+      process with the same global batch; one all-reduce per norm layer, forward and backward. On by default;
+      ``false`` normalises each process's part of the batch with its own statistics (what torchvision's reference
+      scripts do without ``--sync-bn``): cheaper, but with small per-process batches a different training. No effect
+      on one process, on norms with per-sample statistics (LayerNorm, GroupNorm, PositionNorm) or in evaluation.
+    """
 
     name: str = "bcos_resnet18"
     pretrained: bool = False
     checkpoint: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    sync_bn: bool = True
 
     def __post_init__(self) -> None:
         expect(bool(self.name.strip()), "name", self.name, "a registered model name")
         expect(self.checkpoint is None or bool(self.checkpoint.strip()), "checkpoint", self.checkpoint,
-               "a file path or null")
+               "a file path, a run directory or null")
+        expect("num_classes" not in self.kwargs, "kwargs", self.kwargs,
+               "constructor arguments without num_classes (the number of classes comes from the data, or for a "
+               "student from its teacher)")
+        expect(isinstance(self.sync_bn, bool), "sync_bn", self.sync_bn, "true or false")
 
 
 @dataclass
@@ -73,7 +94,13 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """Optimiser, schedule and clipping. ``agc: auto`` = 0.01 for B-cos models (the B-cos recipe), off otherwise."""
+    """Optimiser, schedule and clipping. ``agc: auto`` = 0.01 for B-cos models (the B-cos recipe), off otherwise.
+
+    ``b_ramp_epochs`` (B-cosified models only, :mod:`rightreasons.models.bcosified`): raise the exponent B of every
+    B-cos unit linearly from 1 to the B the model was built with (``model.kwargs.b``, default 2) over this many epochs
+    of optimiser steps, then keep it (the B-cosification release's ``linear_b`` ablation); 0 = that B from the start,
+    the recipe. Training and every validation use the B of the current step; the exported model records it.
+    """
 
     name: OptimizerName = "adam"
     lr: float = 1e-4
@@ -85,6 +112,7 @@ class OptimConfig:
     grad_accumulation: int = 1
     agc: float | Literal["auto"] | None = "auto"
     max_grad_norm: float | None = None
+    b_ramp_epochs: float = 0.0
 
     def __post_init__(self) -> None:
         expect(self.lr > 0, "lr", self.lr, "a learning rate > 0")
@@ -96,6 +124,8 @@ class OptimConfig:
         expect(self.agc in ("auto", None) or self.agc > 0, "agc", self.agc, "a clip factor > 0, 'auto' or null")
         expect(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm,
                "a norm > 0 or null")
+        expect(self.b_ramp_epochs >= 0, "b_ramp_epochs", self.b_ramp_epochs,
+               "a number of epochs >= 0 (0 = B fixed from the start)")
 
 
 @dataclass
@@ -108,7 +138,15 @@ class LossConfig:
 
 @dataclass
 class GuidanceConfig:
-    """The localisation term ``weight · L_loc`` (off unless ``enabled``; ``rightreasons guide`` turns it on)."""
+    """The localisation term ``weight · L_loc`` (off unless ``enabled``; ``rightreasons guide`` turns it on).
+
+    ``explain``: ``annotated`` (default) explains only the annotated images of a batch whenever that equals explaining
+    the whole batch (always for the B-cos method with our norms; otherwise the whole batch is explained, see
+    :mod:`rightreasons.guidance.objective`); ``batch`` always explains the whole batch. ``annotated_per_batch``: put
+    exactly this many annotated images into every training batch (cycling through the annotated set; an epoch stays
+    ``n // batch_size`` batches, see :class:`~rightreasons.engine.data.EpochSampler`), so that guidance from few boxes
+    (1 %) acts at every step; 0 draws batches without regard to boxes.
+    """
 
     enabled: bool = False
     method: MapMethodName = "bcos"
@@ -118,8 +156,12 @@ class GuidanceConfig:
     dilation: float = 0.0
     reduction: GuidanceReduction = "mean_annotated"
     intgrad_steps: int = 20
+    explain: ExplainChoice = "annotated"
+    annotated_per_batch: int = 0
 
     def __post_init__(self) -> None:
+        expect(self.annotated_per_batch >= 0, "annotated_per_batch", self.annotated_per_batch,
+               "an integer >= 0 (0 = batches drawn without regard to boxes)")
         expect(bool(self.layer.strip()), "layer", self.layer, "a layer name (input, mid1-mid3, final or a module path)")
         expect(self.weight >= 0, "weight", self.weight, "a loss weight >= 0")
         expect(self.dilation >= 0, "dilation", self.dilation, "a fraction >= 0 (0.1 = 10 %)")
@@ -128,7 +170,13 @@ class GuidanceConfig:
 
 @dataclass
 class EvalConfig:
-    """Validation: which attribution scores EPG/IoU, how often, and how many explanation images to draw."""
+    """Validation: which attribution scores EPG/IoU, how often, and how many explanation images to draw.
+
+    ``select`` names the validation metric (maximised) that chooses the run's best model: ``score`` (the task's
+    accuracy or F1), or any metric validation reports, e.g. ``worst_group_accuracy`` (the usual choice on
+    Waterbirds-like data, whose validation split is group-balanced) or ``epg``. ``checkpoint.export: best`` exports that
+    model instead of the last one.
+    """
 
     every_epochs: int = 1
     method: MapMethodName | None = None
@@ -136,8 +184,10 @@ class EvalConfig:
     iou_threshold: float = 0.5
     num_images: int = 4
     localization: bool = True
+    select: str = "score"
 
     def __post_init__(self) -> None:
+        expect(bool(self.select.strip()), "select", self.select, "a validation metric name (e.g. score)")
         expect(self.every_epochs >= 1, "every_epochs", self.every_epochs, "an integer >= 1")
         expect(self.layer is None or bool(self.layer.strip()), "layer", self.layer, "a layer name or null")
         expect(0 <= self.iou_threshold <= 1, "iou_threshold", self.iou_threshold, "a threshold in [0, 1]")
@@ -148,11 +198,13 @@ class EvalConfig:
 class CheckpointConfig:
     """Checkpoint frequency and retention: the last ``keep_last``, the best one and the Pareto front's (all of them,
     or the ``keep_front`` with the highest scores). ``every_steps``: also checkpoint every that many steps within an
-    epoch (the end of every epoch is always checkpointed)."""
+    epoch (the end of every epoch is always checkpointed). ``export``: which weights become ``model.safetensors`` (and
+    are scored by the task's final evaluations): the ``last`` ones, or the ``best`` by ``eval.select`` on validation."""
 
     keep_last: int = 2
     keep_front: int | None = None
     every_steps: int | None = None
+    export: Literal["last", "best"] = "last"
 
     def __post_init__(self) -> None:
         expect(self.keep_last >= 1, "keep_last", self.keep_last, "an integer >= 1")

@@ -14,7 +14,15 @@ fixed points, in this order, and at no other time:
 5. every ``eval.every_epochs`` epochs: the one evaluation loop (:func:`rightreasons.evaluation.evaluate`) with
    ``task.evaluators(dataset)``; at the end also on ``task.final_evaluations()``.
 
-Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch. Reproducible and
+TensorBoard's writer is created when training starts (:meth:`Trainer.fit`), after every check of the run passed, so a
+refused start leaves no event file behind. Each validation is logged (``logging``, this module's logger) as one line
+with every metric by name; the progress bar shows only on a terminal.
+
+Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch, and with
+``model.sync_bn`` (the default) the model's BatchNorm statistics are those of the global batch
+(:func:`rightreasons.bcos.norms.convert_sync_batchnorm`), so N processes train as one. Before anything is written, the
+main process locks the output directory and a multi-process launch without CUDA runs on the CPU
+(:mod:`rightreasons.engine.launch`). Reproducible and
 resumable: the epoch's sample order depends on ``(seed, epoch)``, augmentation on ``(seed, epoch, sample id)`` and
 each step's randomness on ``(seed, step)``; checkpoints (:mod:`rightreasons.engine.checkpointing`: verified against
 their manifest) record the position inside the epoch, the validation history, the Pareto front and how much of
@@ -31,12 +39,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
 import shutil
 import signal
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,22 +59,28 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from ..bcos.norms import convert_sync_batchnorm
 from ..data import collate, eval_transform, train_transform
 from ..errors import TrainingError
-from ..evaluation import Evaluator, evaluate
-from ..explain import explain, save_explanation
+from ..classification import class_probabilities, resolve_classification_loss
+from ..evaluation import Evaluator, evaluate, format_results, is_multilabel
+from ..explain import explain, prediction_caption, save_explanation
 from ..faults import boundary
 from ..fileio import write_json_atomic
 from ..hub import capabilities, save_model, unwrap_model
 from ..metrics import ParetoTracker
+from ..models.bcosified import BRamp
 from .checkpointing import CheckpointManager
 from ..config import diff_configs, to_dict
 from .data import EpochSampler, SeededTransform, mix_seed
+from .launch import OutputLock, start_checks, use_cpu
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .provenance import provenance
 from .schema import OptimConfig, TrainConfig
 
 __all__ = ["EXIT_PREEMPTED", "Preempted", "Step", "Task", "Trainer", "train"]
+
+logger = logging.getLogger(__name__)
 
 MAX_BAD_STEPS = 3
 EXIT_PREEMPTED = 75
@@ -133,6 +149,10 @@ class Task:
         """The deterministic view of evaluation samples, ending in the model's input ``encoding``."""
         return eval_transform(self.config.data.image_size, encoding=encoding, crop_fraction=1.0)
 
+    def train_sampler(self, train_set: Any) -> EpochSampler:
+        """The order of the training images: a seeded permutation per epoch (:class:`EpochSampler`)."""
+        return EpochSampler(len(train_set), self.config.seed)
+
     def setup(self, trainer: Trainer) -> None:
         """Called once the model, data, optimiser and accelerator are ready (e.g. to move a teacher to the device)."""
 
@@ -142,7 +162,8 @@ class Task:
         raise NotImplementedError
 
     def evaluators(self, dataset: Any) -> list[Evaluator]:
-        """Fresh evaluators for one evaluation of ``dataset``; their results must include ``score``."""
+        """Fresh evaluators for one evaluation of ``dataset``; their results must include ``score`` and may say
+        which metric it is in ``score_metric`` (e.g. ``"accuracy"``; reported with the best score)."""
         raise NotImplementedError
 
     def final_evaluations(self) -> dict[str, Any]:
@@ -199,21 +220,22 @@ class Trainer:
         self.task = task
         self.config = config = task.config
         self.output_dir = Path(config.output_dir)
-        tensorboard = importlib.util.find_spec("tensorboard") is not None
+        self.tensorboard = importlib.util.find_spec("tensorboard") is not None
         self.accelerator = accelerator or Accelerator(
-            cpu=config.cpu, mixed_precision=config.mixed_precision,
+            cpu=use_cpu(config.cpu), mixed_precision=config.mixed_precision,
             gradient_accumulation_steps=config.optim.grad_accumulation,
             dataloader_config=DataLoaderConfiguration(split_batches=True),
-            log_with="tensorboard" if tensorboard else None, project_dir=str(self.output_dir))
-        if self.accelerator.is_main_process:
-            _preflight(self.output_dir)
-        if tensorboard:
-            self.accelerator.init_trackers("tensorboard")
+            log_with="tensorboard" if self.tensorboard else None, project_dir=str(self.output_dir))
+        self.lock = OutputLock(self.output_dir)  # held by the main process until the run ends (engine.launch)
+        start_checks(self.accelerator, lambda: (_preflight(self.output_dir), self.lock.acquire()))
+        weakref.finalize(self, self.lock.release)
         set_seed(config.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
 
         self.train_set, self.val_set = task.build_datasets()
         model = task.build_model(self.train_set)
+        if config.model.sync_bn and self.accelerator.num_processes > 1:
+            model = convert_sync_batchnorm(model)
         self.capabilities = capabilities(model)
         self.encoding = self.capabilities.encoding
         self.train_transform = SeededTransform(task.train_transform(self.encoding), config.seed)
@@ -221,7 +243,7 @@ class Trainer:
         self.val_set.transform = task.eval_transform(self.encoding)
 
         data, optim = config.data, config.optim
-        self.sampler = EpochSampler(len(self.train_set), config.seed)
+        self.sampler = task.train_sampler(self.train_set)
         loader = DataLoader(self.train_set, batch_size=data.batch_size, sampler=self.sampler, collate_fn=collate,
                             num_workers=data.num_workers, drop_last=True)
         if len(loader) == 0:
@@ -237,6 +259,8 @@ class Trainer:
             copies, why = self._checkpoints_kept_at_most()
             _check_free_space(self.output_dir, checkpoint_bytes(model, optim), copies, why)
         self.agc = (0.01 if self.capabilities.bcos else None) if optim.agc == "auto" else optim.agc
+        self.b_ramp = BRamp.for_model(model, round(optim.b_ramp_epochs * self.steps_per_epoch),
+                                      "optim.b_ramp_epochs") if optim.b_ramp_epochs else None
         self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, loader, scheduler)
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", self.accelerator,
@@ -315,6 +339,11 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ training
+    def _ramp_b(self, step: int) -> None:
+        """``optim.b_ramp_epochs``: the model's B for the weights after ``step`` optimiser steps."""
+        if self.b_ramp is not None:
+            self.b_ramp.apply(unwrap_model(self.model), step)
+
     def _step(self) -> Step:
         rank = self.accelerator.process_index
         seed = mix_seed(self.config.seed, self.position.step, self.position.batch, rank)
@@ -376,12 +405,22 @@ class Trainer:
         self.history.append(record)
         self.log({"split": "val", **record})
         self.pareto.update({"id": self.position.step, **{k: results[k] for k in self.pareto.objectives}})
-        if not self.best or results["score"] > self.best["score"]:
-            self.best = {"step": self.position.step, "score": results["score"]}
+        select = self.config.eval.select
+        if not isinstance(results.get(select), (int, float)):
+            metrics = sorted(k for k, v in results.items() if isinstance(v, (int, float)))
+            raise TrainingError(f"eval.select={select!r} is not a validation metric of this run; it reports "
+                                f"{metrics}")
+        if not self.best or results[select] > self.best["score"]:
+            self.best = {"step": self.position.step, "score": results[select],
+                         "metric": results.get("score_metric", "score") if select == "score" else select}
+        if self.accelerator.is_main_process:
+            logger.info("validation at step %d (epoch %d): %s", self.position.step, self.position.epoch,
+                        format_results(results))
         self._write_explanations()
 
     def _write_explanations(self) -> None:
-        """Colour explanations of a fixed set of validation images (B-cos models only)."""
+        """Colour explanations of a fixed set of validation images (B-cos models only), titled with the class name
+        and its probability through the link of the training loss, with the class's boxes drawn."""
         count = min(self.config.eval.num_images, len(self.val_set))
         if not (self.capabilities.bcos and count and self.accelerator.is_main_process):
             return
@@ -389,12 +428,16 @@ class Trainer:
         batch = collate([self.val_set[i] for i in range(count)])
         images = batch["image"].to(self.accelerator.device)
         e = explain(model, images, target=batch["labels"].argmax(1).to(images.device))
+        probabilities = class_probabilities(e.logits, resolve_classification_loss(
+            self.config.loss.classification, self.capabilities.bcos, is_multilabel(self.val_set)))
         folder = self.output_dir / "explanations" / f"step-{self.position.step:06d}"
         classes = getattr(self.val_set, "classes", None)
         for i in range(count):
-            label = classes[int(e.target[i])] if classes else f"class {int(e.target[i])}"
+            target = int(e.target[i])
+            boxes = batch["boxes"][i].as_subclass(Tensor)[torch.as_tensor(batch["box_labels"][i]) == target]
             save_explanation(folder / f"{i:02d}-{batch['id'][i]}.png", images[i].cpu(), e.weights[i].cpu(),
-                             title=label)
+                             title=prediction_caption(probabilities[i], target, classes, e.logits[i]),
+                             boxes=boxes.cpu())
         model.train()
 
     # ------------------------------------------------------------------ the loop
@@ -409,6 +452,8 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train to the end (or ``max_steps``), validating every ``eval.every_epochs`` epochs and at the end; returns
         the summary. Raises :class:`Preempted` after checkpointing when ``SIGTERM``/``SIGUSR1`` arrives."""
+        if self.tensorboard:  # only now, after every check passed: a refused start leaves no TensorBoard run
+            self.accelerator.init_trackers("tensorboard")
         received: list[str] = []
         previous = {s: signal.signal(s, lambda number, _frame: received.append(signal.Signals(number).name))
                     for s in PREEMPTION_SIGNALS}
@@ -425,7 +470,8 @@ class Trainer:
         self.model.train()
         every = config.checkpoint.every_steps
         bar = tqdm(total=self.total_steps, initial=self.position.step, desc="train",
-                   disable=not self.accelerator.is_local_main_process)
+                   disable=None if self.accelerator.is_local_main_process else True)  # None: off unless a terminal
+        self._ramp_b(self.position.step)
         while not self._finished():
             epoch = self.position.epoch
             self.train_transform.set_epoch(epoch)
@@ -437,6 +483,7 @@ class Trainer:
                 self.position.batch += 1
                 if self.accelerator.sync_gradients and stats is not None:
                     self.position.step += 1
+                    self._ramp_b(self.position.step)
                     bar.update(1)
                     if self.position.step % config.log_every == 0:
                         self.log({"split": "train", "step": self.position.step, "epoch": epoch,
@@ -463,6 +510,13 @@ class Trainer:
         summary = {"steps": self.position.step, "epochs": self.position.epoch, "seconds": round(seconds, 2),
                    "best": self.best, "pareto_front": self.pareto.front, "history": self.history,
                    "config": to_dict(self.config), "provenance": provenance()}
+        if self.config.checkpoint.export == "best" and self.best and self.best["step"] != self.position.step:
+            best = self.checkpoints.root / self.checkpoints.name_for(self.best["step"])
+            self.checkpoints.load(best)  # the exported weights, which the final evaluations score too
+            summary["exported_step"] = self.best["step"]
+        else:
+            summary["exported_step"] = self.position.step
+        self._ramp_b(summary["exported_step"])
         for key, dataset in self.task.final_evaluations().items():
             split = getattr(dataset, "split", key)
             boundary(f"train: final evaluation of {key}")
@@ -472,9 +526,15 @@ class Trainer:
         if self.accelerator.is_main_process:
             boundary("train: exporting the model")
             save_model(unwrap_model(self.model), self.output_dir / "model.safetensors",
-                       metadata={"config": json.dumps(to_dict(self.config))})
+                       metadata={"config": json.dumps(to_dict(self.config))},
+                       classes=getattr(self.val_set, "classes", None))
             write_json_atomic(self.output_dir / "summary.json", summary)
+            if self.best:
+                logger.info("finished after %d steps: best validation %s %.4f at step %d; wrote %s and %s",
+                            self.position.step, self.best.get("metric", "score"), self.best["score"],
+                            self.best["step"], self.output_dir / "model.safetensors", self.output_dir / "summary.json")
         self.accelerator.end_training()
+        self.lock.release()
         return summary
 
 
@@ -485,13 +545,16 @@ def train(task: Task, resume: bool | str = False) -> dict[str, Any]:
     command line serves a job's first start and every requeue); ``resume=PATH`` continues from that checkpoint. A
     fresh run (``resume=False``) refuses an output directory that holds checkpoints."""
     trainer = Trainer(task)
-    if resume:
-        if not trainer.resume(None if resume is True else resume) and trainer.accelerator.is_main_process:
-            warnings.warn(f"no checkpoint in {trainer.checkpoints.root} yet: starting the run from the beginning",
-                          stacklevel=2)
-    elif trainer.checkpoints.latest() is not None:
-        raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that run "
-                            "or choose another output_dir")
-    else:
-        trainer.truncate_log(0)
-    return trainer.fit()
+    try:
+        if resume:
+            if not trainer.resume(None if resume is True else resume) and trainer.accelerator.is_main_process:
+                warnings.warn(f"no checkpoint in {trainer.checkpoints.root} yet: starting the run from the beginning",
+                              stacklevel=2)
+        elif trainer.checkpoints.latest() is not None:
+            raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that run "
+                                "or choose another output_dir")
+        else:
+            trainer.truncate_log(0)
+        return trainer.fit()
+    finally:
+        trainer.lock.release()  # also when the run fails or is pre-empted (the process may go on)

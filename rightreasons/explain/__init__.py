@@ -4,7 +4,8 @@
   returns;
 * :mod:`.layers` — layer names → modules (wrapped models included) and the forward-hook helper;
 * :mod:`.attribution` — :func:`attribute` (any method, any layer, differentiable) and :func:`explain` (B-cos ``W(x)``);
-* :mod:`.visualize` — colour explanations and figures.
+* :mod:`.visualize` — colour explanations and the explanation figure (class names, probability, boxes, colour
+  bar).
 
 Guidance, e²KD and the localisation metrics all call :func:`attribute`; none has its own explanation code.
 """
@@ -12,8 +13,8 @@ Guidance, e²KD and the localisation metrics all call :func:`attribute`; none ha
 from .attribution import Attribution, attribute, explain, resolve_target
 from .layers import GUIDANCE_LAYERS, capture_outputs, resolve_layer
 from .methods import MAP_METHOD_NAMES, METHOD_NAMES, METHODS, Method, get_method, layer_for
-from .visualize import save_explanation, to_rgba
+from .visualize import class_name, prediction_caption, save_explanation, to_rgba
 
 __all__ = ["Attribution", "GUIDANCE_LAYERS", "MAP_METHOD_NAMES", "METHODS", "METHOD_NAMES", "Method", "attribute",
-           "capture_outputs", "explain", "get_method", "layer_for", "resolve_layer", "resolve_target",
-           "save_explanation", "to_rgba"]
+           "capture_outputs", "class_name", "explain", "get_method", "layer_for", "prediction_caption",
+           "resolve_layer", "resolve_target", "save_explanation", "to_rgba"]

@@ -1,16 +1,26 @@
-"""Colour explanations of B-cos models (the B-cos v2 release's colour decoding of ``W(x)``) and figures."""
+"""Colour explanations of B-cos models (the B-cos v2 release's colour decoding of ``W(x)``) and the figure that
+shows one: :func:`save_explanation`, used by ``rightreasons explain``, the trainer's validation images and the demo.
+
+A figure explains itself: its title names the class (not its index) and the model's probability for it
+(:func:`prediction_caption`; the caller computes the probabilities with the link the model was trained with,
+:func:`rightreasons.classification.class_probabilities`), the ground-truth boxes are drawn on every panel, and the
+contribution map has a colour bar.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from matplotlib.patches import Rectangle
 from torch import Tensor
 
+from ..boxes import outline
 from ..plotting import figure
 
-__all__ = ["contribution_limits", "save_explanation", "to_rgba"]
+__all__ = ["class_name", "contribution_limits", "prediction_caption", "save_explanation", "to_rgba"]
 
 
 def to_rgba(image6: Tensor, weights: Tensor, smooth: int = 15, alpha_percentile: float = 99.5) -> Tensor:
@@ -47,18 +57,55 @@ def contribution_limits(contributions: Tensor, percentile: float = 99.5) -> floa
     return float(torch.quantile(contributions.detach().abs().float().flatten(), percentile / 100)) or 1.0
 
 
-def save_explanation(path: str | Path, image6: Tensor, weights: Tensor, title: str | None = None) -> Path:
-    """Save a figure with the input, the colour explanation and the contribution map side by side (PNG, PDF, ...)."""
+def class_name(index: int, classes: Sequence[str] | None) -> str:
+    """The name of class ``index``, or ``"class <index>"`` when the names are unknown."""
+    return str(classes[index]) if classes is not None else f"class {index}"
+
+
+def prediction_caption(probabilities: Tensor, target: int, classes: Sequence[str] | None = None,
+                       logits: Tensor | None = None) -> str:
+    """``"<explained class> p=<its probability>"`` (and ``", logit <z>"`` when ``logits`` are given), followed by the
+    predicted class and its probability when the model predicts another one. ``probabilities`` and ``logits`` are
+    ``[K]`` for one image. The probability has three decimals and the logit three significant digits, so that a model
+    whose probabilities all lie near chance (B-cos networks trained briefly have logits of order 1e-3) shows how
+    near, and which way."""
+    p = probabilities.detach().float().cpu()
+    text = f"{class_name(target, classes)} p={float(p[target]):.3f}"
+    if logits is not None:
+        text += f", logit {float(logits[target]):+.3g}"
+    predicted = int(p.argmax())
+    if predicted != target:
+        text += f" (predicted: {class_name(predicted, classes)} p={float(p[predicted]):.3f})"
+    return text
+
+
+def save_explanation(path: str | Path, image6: Tensor, weights: Tensor, title: str | None = None, *,
+                     boxes: Tensor | Sequence[Sequence[float]] | None = None) -> Path:
+    """Save a figure with the input, the colour explanation and the contribution map side by side (PNG, PDF, ...).
+
+    Args:
+        image6: the encoded input ``[6, H, W]``; weights: its ``W(x)`` ``[6, H, W]``.
+        title: what is explained, e.g. :func:`prediction_caption`.
+        boxes: ground-truth boxes ``[M, 4]`` (``x1, y1, x2, y2`` in pixels), outlined on every panel.
+
+    The contribution map ``Σ_c W ⊙ x`` is drawn blue (negative) to red (positive) with symmetric limits
+    (:func:`contribution_limits`) and a colour bar.
+    """
     rgba = to_rgba(image6, weights).numpy()
     contributions = (image6 * weights).sum(0).detach().float().cpu()
     limit = contribution_limits(contributions)
-    with figure(path, 1, 3, size=(9, 3.2), title=title) as (_, axes):
+    outlines = [outline(box) for box in torch.as_tensor(boxes if boxes is not None else [], dtype=torch.float64)
+                .reshape(-1, 4).tolist()]
+    with figure(path, 1, 3, size=(10, 3.4), title=title) as (fig, axes):
         axes[0, 0].imshow(image6[:3].detach().float().cpu().permute(1, 2, 0).clamp(0, 1).numpy())
-        axes[0, 0].set_title("input")
+        axes[0, 0].set_title("input" + (" + box" if outlines else ""))
         axes[0, 1].imshow(rgba)
         axes[0, 1].set_title("explanation W(x)")
-        axes[0, 2].imshow(contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
+        shown = axes[0, 2].imshow(contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
         axes[0, 2].set_title("contributions")
-        for ax in axes.flat:
+        fig.colorbar(shown, ax=axes[0, 2], fraction=0.046, pad=0.04, label="Σ_c W ⊙ x per pixel")
+        for ax, colour in zip(axes.flat, ("yellow", "black", "black")):
+            for x, y, width, height in outlines:
+                ax.add_patch(Rectangle((x, y), width, height, fill=False, color=colour, lw=1.2))
             ax.set_axis_off()
     return Path(path)

@@ -2,24 +2,53 @@
 
 Per image and step, one ground-truth class is drawn uniformly (seeded by a ``torch.Generator``); its mask is the union
 of that class's boxes (optionally dilated); images without boxes (limited annotations) get no localisation term.
-The attributions come from the same single forward pass whose logits the caller uses for the classification loss,
-and one backward pass for the whole batch.
+
+Only the annotated images are explained (``explain="annotated"``): the batch is forwarded once for the logits of the
+classification loss, then the annotated images alone are forwarded again and explained, so the second-order cost of
+the localisation term grows with the number of annotated images, not with the batch. Batch statistics make this exact:
+within :func:`~rightreasons.bcos.norms.shared_batch_statistics` the second forward uses the whole batch's BatchNorm
+statistics, with their autograd graph, and leaves the running statistics alone; so loss and gradients (second order
+included) equal those of explaining the whole batch (``explain="batch"``, the Model-Guidance code's way). The whole
+batch is explained instead whenever that equality could not hold:
+
+* a method other than the B-cos ones on a model normalising with batch statistics in training mode: the batched
+  gradient of such a method carries cross-sample terms through the statistics (see :mod:`rightreasons.explain`),
+  which only a backward pass through every image provides;
+* batch-statistics modules that are not ours (e.g. :class:`torch.nn.BatchNorm2d` of torchvision models);
+* models wrapped in ``DataParallel`` or ``torch.compile`` (replicas or traced graphs); DDP is fine.
+
+Active dropout draws new masks in the second forward: the explanation is then that of another dropout draw
+(statistically the same, not numerically).
+
+With BatchNorm statistics synchronised across processes (:func:`~rightreasons.bcos.norms.convert_sync_batchnorm`),
+every process must run the same passes through the norms, whatever its part of the batch holds: the choice between
+explaining the annotated images and the whole batch then depends on the settings and the model only. A process
+whose part has no annotated image, or only annotated ones, takes the path the others take (in the whole-batch path it
+explains its images for a zero loss); the losses and gradients stay those of one process with the whole batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
+from ..bcos.norms import (shared_batch_statistics, synchronised_batch_norms, training_batch_norms,
+                          unshareable_batch_norms)
 from ..boxes import class_masks, dilate_boxes
 from ..errors import DataError, UsageError
-from ..explain import MAP_METHOD_NAMES, attribute
+from ..explain import MAP_METHOD_NAMES, attribute, get_method
+from ..hub.capabilities import unwrap_model
 from .losses import REDUCTIONS, LossFn, get_loss
 
-__all__ = ["GuidanceObjective", "GuidanceOutput", "sample_classes"]
+__all__ = ["EXPLAIN_CHOICES", "GuidanceObjective", "GuidanceOutput", "sample_classes"]
+
+#: which images a guidance step explains: only the annotated ones (exact, cheaper) or the whole batch
+EXPLAIN_CHOICES = ("annotated", "batch")
+ExplainChoice = Literal[EXPLAIN_CHOICES]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -32,8 +61,10 @@ class GuidanceOutput:
         classes: ``[N]`` the sampled ground-truth class per image.
         masks: ``[N, H, W]`` bool, the union of the sampled class's (dilated) boxes; empty for images without boxes.
         annotated: ``[N]`` bool, the images that contributed a localisation term (boxes and a non-empty mask).
-        attributions: ``[N, H, W]`` the attributions of the sampled classes; ``None`` when no image of the batch has
-            boxes (then no attribution is computed and ``loss`` is 0).
+        attributions: ``[N, H, W]`` the attributions of the sampled classes (zeros for the images that were not
+            explained: those not ``annotated`` when only the annotated images are explained); ``None`` when no image
+            of the batch is annotated (then no attribution is computed and ``loss`` is 0).
+        explained: ``[N]`` bool, the images that were explained (the annotated ones, or all).
     """
 
     loss: Tensor
@@ -42,6 +73,7 @@ class GuidanceOutput:
     masks: Tensor
     annotated: Tensor
     attributions: Tensor | None
+    explained: Tensor
 
 
 def sample_classes(labels: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -68,6 +100,8 @@ class GuidanceObjective:
         dilation: grow every box by this fraction of its width/height (0.1 = 10 %) before building masks.
         reduction: how per-image losses combine (see :mod:`rightreasons.guidance.losses`).
         steps: Riemann steps for ``intgrad`` on models that are not X-DNNs.
+        explain: ``"annotated"`` explains only the annotated images when that is exact (module docstring), else
+            the whole batch; ``"batch"`` always explains the whole batch.
     """
 
     method: str = "bcos"
@@ -76,6 +110,7 @@ class GuidanceObjective:
     dilation: float = 0.0
     reduction: str = "mean_annotated"
     steps: int = 50
+    explain: str = "annotated"
 
     def __post_init__(self) -> None:
         if self.method not in MAP_METHOD_NAMES:
@@ -83,6 +118,8 @@ class GuidanceObjective:
                              f"{list(MAP_METHOD_NAMES)}")
         if self.reduction not in REDUCTIONS:
             raise ValueError(f"unknown reduction {self.reduction!r}; valid reductions: {list(REDUCTIONS)}")
+        if self.explain not in EXPLAIN_CHOICES:
+            raise ValueError(f"explain must be one of {list(EXPLAIN_CHOICES)}, got {self.explain!r}")
         if not self.dilation >= 0:
             raise ValueError(f"dilation must be a fraction >= 0 (0.1 = 10 %), got {self.dilation!r}")
         get_loss(self.loss)
@@ -119,18 +156,42 @@ class GuidanceObjective:
                             "label")
         classes = sample_classes(labels, generator).to(images.device)
         size = tuple(images.shape[-2:])
-        if not has_boxes.any():
-            logits = model(images)
-            empty = torch.zeros(n, *size, dtype=torch.bool, device=images.device)
-            return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,
-                                  classes=classes, masks=empty, annotated=has_boxes, attributions=None)
-        result = attribute(model, images, classes, self.method, self.layer, create_graph=create_graph,
-                           steps=self.steps)
         masks = self.masks(boxes, box_labels, classes, has_boxes, size)
         annotated = has_boxes & masks.flatten(1).any(1)
-        loss = self.loss_fn(result.maps, masks, self.reduction, annotated)
-        return GuidanceOutput(loss=loss, logits=result.logits, classes=classes, masks=masks, annotated=annotated,
-                              attributions=result.maps)
+        annotated_only = self.explains_annotated_only(model, annotated)
+        if not annotated.any() and (annotated_only or not synchronised_batch_norms(unwrap_model(model))):
+            logits = model(images)
+            return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,
+                                  classes=classes, masks=masks, annotated=annotated, attributions=None,
+                                  explained=annotated)
+        if not annotated_only:
+            result = attribute(model, images, classes, self.method, self.layer, create_graph=create_graph,
+                               steps=self.steps)
+            loss = self.loss_fn(result.maps, masks, self.reduction, annotated)
+            return GuidanceOutput(loss=loss, logits=result.logits, classes=classes, masks=masks, annotated=annotated,
+                                  attributions=result.maps, explained=torch.ones_like(annotated))
+        index = annotated.nonzero()[:, 0]
+        inner = unwrap_model(model)
+        with shared_batch_statistics(inner):
+            logits = model(images)  # the whole batch: classification logits; its batch statistics are recorded
+            result = attribute(inner, images[index], classes[index], self.method, self.layer,
+                               create_graph=create_graph, steps=self.steps)
+        part = self.loss_fn(result.maps, masks[index], self.reduction, torch.ones_like(index, dtype=torch.bool))
+        loss = part.new_zeros(n).index_copy(0, index, part) if self.reduction == "none" else part
+        maps = result.maps.new_zeros((n, *result.maps.shape[1:])).index_copy(0, index, result.maps)
+        return GuidanceOutput(loss=loss, logits=logits, classes=classes, masks=masks, annotated=annotated,
+                              attributions=maps, explained=annotated)
+
+    def explains_annotated_only(self, model: nn.Module, annotated: Tensor) -> bool:
+        """Whether a step explains only the ``annotated [N]`` images of its batch (exactly; module docstring)."""
+        inner = unwrap_model(model)
+        if self.explain != "annotated" or (bool(annotated.all()) and not synchronised_batch_norms(inner)):
+            return False
+        if model is not inner and not isinstance(model, DistributedDataParallel):
+            return False
+        if not training_batch_norms(inner):
+            return True  # per-sample statistics only: the images of a batch do not interact
+        return get_method(self.method).explaining and not unshareable_batch_norms(inner)
 
     def masks(self, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], classes: Tensor, has_boxes: Tensor,
               size: tuple[int, int]) -> Tensor:

@@ -4,8 +4,10 @@
   of :mod:`rightreasons.models` registers itself there.
 * :mod:`.capabilities` — :func:`capabilities` (B-cos or standard, X-DNN, affine, input encoding, guidance stages,
   classes), the one place every other module asks.
-* :mod:`.weights` — reading any release or checkpoint layout strictly, writing our safetensors model files.
-* :mod:`.pretrained` — the B-cos v2 release table and its download.
+* :mod:`.weights` — reading any release or checkpoint layout strictly, writing our safetensors model files (with
+  their logit layers and class names).
+* :mod:`.pretrained` — the B-cos v2 release table, its download, and what each weights entry carries
+  (``transforms()``, ``meta``: class names, accuracy, recipe), as torchvision's weights do.
 * :mod:`.factory` — :func:`create_model` and :func:`load_model`, joining the above.
 * :mod:`.timm_bridge` — :func:`register_timm_models`, our models in ``timm.create_model``.
 """

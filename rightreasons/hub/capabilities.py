@@ -12,7 +12,9 @@ of the model. They are read here, from the model itself, and nowhere else:
   (:mod:`rightreasons.encoding`);
 * ``stages`` — the model's ``stage_names`` property, or for plain torchvision ResNets, DenseNets and ConvNeXts the
   same layout as our twins (so torchvision models can be guided at ``mid2`` too);
-* ``num_classes``, ``in_chans``, and ``name`` (the registry name when :func:`rightreasons.create_model` built it).
+* ``num_classes``, ``in_chans``, and ``name`` (the registry name when :func:`rightreasons.create_model` built it);
+* ``classes`` — the class names in logit order, when the weights named them (``model.classes``, set by released
+  weights and by our model files; :mod:`rightreasons.hub.weights`), else ``None``.
 
 Wrappers — ``DistributedDataParallel``, ``DataParallel`` and ``torch.compile``'s module — are looked through by
 :func:`unwrap_model`, so a wrapped model has its inner model's capabilities.
@@ -57,6 +59,7 @@ class Capabilities:
     num_classes: int | None
     in_chans: int | None
     stages: Mapping[str, str] = field(default_factory=dict)
+    classes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", MappingProxyType(dict(self.stages)))
@@ -95,19 +98,28 @@ def _num_classes(model: nn.Module) -> int | None:
     return count if isinstance(count, int) else None
 
 
+def _classes(model: nn.Module, num_classes: int | None) -> tuple[str, ...] | None:
+    names = getattr(model, "classes", None)
+    if names is None or num_classes is None or len(names) != num_classes:
+        return None
+    return tuple(str(n) for n in names)
+
+
 def capabilities(model: nn.Module) -> Capabilities:
     """The :class:`Capabilities` of ``model`` (wrappers are looked through)."""
     model = unwrap_model(model)
     bcos = any(isinstance(m, DynamicLinear) for m in model.modules())
     args = getattr(model, "model_args", None)
     in_chans = getattr(model, "in_chans", None)
+    num_classes = _num_classes(model)
     return Capabilities(
         name=args["name"] if args else type(model).__name__,
         bcos=bcos,
         xdnn=bool(getattr(model, "is_xdnn", False)),
         affine=bool(getattr(model, "is_affine", False)),
         encoding="bcos" if bcos else "normalize",
-        num_classes=_num_classes(model),
+        num_classes=num_classes,
         in_chans=in_chans if isinstance(in_chans, int) else None,
         stages=_stages(model),
+        classes=_classes(model, num_classes),
     )

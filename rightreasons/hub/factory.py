@@ -18,9 +18,11 @@ from torch import nn
 
 from .. import models as _zoo  # noqa: F401  (registers every architecture)
 from ..errors import CheckpointError, UsageError
-from .pretrained import download_pretrained
+from .capabilities import capabilities
+from .pretrained import download_pretrained, get_pretrained
 from .registry import get_model_spec
-from .weights import METADATA_KEY, fitted_state, load_weights, read_state_dict
+from .weights import (METADATA_KEY, fitted_state, load_weights, read_state_dict, restore_classes,
+                      restore_logit_layers)
 
 __all__ = ["create_model", "load_model"]
 
@@ -37,6 +39,10 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path 
         checkpoint: a local weights file (state dict, release or Lightning checkpoint, or our safetensors file).
         **kwargs: constructor arguments, e.g. ``num_classes=20``. When ``num_classes`` differs from the weights',
             the classifier keeps its fresh initialisation and everything else is loaded.
+
+    With released weights whose classifier is kept, ``model.classes`` holds their class names
+    (``PretrainedWeights.meta["categories"]``); a model file of ours restores its logit layers and class names
+    (:mod:`.weights`).
 
     Raises:
         UnknownNameError: no architecture of that name (the message suggests close ones).
@@ -60,12 +66,16 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path 
         checkpoint = download_pretrained(name)
     if checkpoint is not None:
         load_weights(model, checkpoint, replace_classifier="num_classes" in kwargs)
+    if pretrained:
+        categories = get_pretrained(name).meta["categories"]
+        if capabilities(model).num_classes == len(categories):
+            model.classes = tuple(categories)
     return model
 
 
 def load_model(path: str | Path) -> nn.Module:
     """Rebuild a model saved by :func:`~rightreasons.hub.weights.save_model` (architecture and arguments come from
-    the file) and load its weights."""
+    the file) and load its weights, logit layers and class names (``model.classes``, when the file has them)."""
     state, metadata = read_state_dict(path)
     if METADATA_KEY not in metadata:
         raise CheckpointError(f"{path}: not a rightreasons model file (no {METADATA_KEY!r} metadata); "
@@ -79,9 +89,13 @@ def load_model(path: str | Path) -> nn.Module:
         raise CheckpointError(f"{path}: malformed {METADATA_KEY!r} metadata ({type(e).__name__}: {e})") from e
     try:
         with torch.device("meta"):  # check that the file's tensors fit before allocating anything it describes
-            fitted_state(create_model(name, **kwargs), state)
+            fitted = fitted_state(create_model(name, **kwargs), state)
     except (UsageError, KeyError) as e:
         raise CheckpointError(f"{path}: the file describes a model that cannot be built: {e}") from e
     except CheckpointError as e:
         raise CheckpointError(f"{path}: the weights do not fit the model the file describes: {e}") from None
-    return load_weights(create_model(name, **kwargs), state)
+    model = create_model(name, **kwargs)
+    model.load_state_dict(fitted, strict=False)
+    restore_logit_layers(model, metadata, str(path))
+    restore_classes(model, metadata, str(path))
+    return model

@@ -7,6 +7,12 @@ architecture, in timm's ``arch.tag`` convention (``"bcos_resnet50.long"``: the 6
 ``create_model("bcos_resnet50.long", pretrained=True)`` (or ``timm.create_model("bcos_resnet50.long",
 pretrained=True)``) the long-recipe ones.
 
+Each entry is also what torchvision's weights enums are: :meth:`PretrainedWeights.transforms` is the release's
+evaluation preprocessing (PIL image or uint8/float tensor → the encoded input the model takes) and
+:attr:`PretrainedWeights.meta` holds the class names (``meta["categories"]``, ImageNet's 1000), the accuracy, the
+recipe and the logit convention. ``create_model(name, pretrained=True)`` puts the class names on the model
+(``model.classes``) when it keeps the 1000-class classifier.
+
 Files are GitHub release assets named ``<experiment>-<sha256[:10]>.pth``. :func:`download_pretrained` keeps them in the
 torch hub checkpoint directory (``$TORCH_HOME/hub/checkpoints``), verifies the hash prefix of a file found there, and
 otherwise downloads it through :func:`torch.hub.download_url_to_file` with the same check. Without network access it
@@ -22,19 +28,34 @@ import threading
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
+from torchvision.models import ResNet50_Weights
+from torchvision.transforms import v2
 
+from ..encoding import encode
 from ..errors import CheckpointError, UnknownNameError, WeightsUnavailableError
+from .weights import RELEASE_LOGIT_BIAS
 
-__all__ = ["PRETRAINED", "PretrainedWeights", "download_pretrained", "get_pretrained", "pretrained_table"]
+__all__ = ["PRETRAINED", "PretrainedWeights", "download_pretrained", "get_pretrained", "imagenet_categories",
+           "pretrained_table"]
 
 RELEASE_URL = "https://github.com/B-cos/B-cos-v2/releases/download/v0.0.1-weights"
 CONNECT_TIMEOUT_S = 3.0
 """How long :func:`download_pretrained` waits for the server (name lookup and TCP connect) before giving up."""
 
 _HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})\.pth$")
+CROP_SIZE = 224
+"""The side of the release's evaluation crop (every released model takes 224 × 224 images)."""
+
+
+@cache
+def imagenet_categories() -> tuple[str, ...]:
+    """The 1000 ImageNet class names in logit order (torchvision's list, shared by every ImageNet model)."""
+    return tuple(ResNet50_Weights.IMAGENET1K_V1.meta["categories"])
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,8 @@ class PretrainedWeights:
         top1: ImageNet top-1 accuracy (%) reported by the release.
         eval_resize: the release's evaluation transform: resize the shorter side to this (bilinear), centre-crop 224
             (256; 232 for the ``bcos_final_long`` experiments).
+        encoding: the input encoding the model takes (:mod:`rightreasons.encoding`): ``"bcos"`` for B-cos models
+            (``[r, g, b, 1-r, 1-g, 1-b]``), ``"normalize"`` (ImageNet mean/std) for the standard ViTs.
     """
 
     model: str
@@ -57,6 +80,31 @@ class PretrainedWeights:
     file_name: str
     top1: float
     eval_resize: int = 256
+    encoding: str = "bcos"
+
+    def transforms(self) -> v2.Compose:
+        """The release's evaluation preprocessing, torchvision-style: a PIL image (or a ``[3, H, W]`` uint8 or float
+        tensor in [0, 1]) → the encoded ``[C, 224, 224]`` float input (``C`` = 6 for B-cos models): shorter side
+        resized to :attr:`eval_resize` (bilinear, antialiased), centre crop 224, encoded."""
+        return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                           v2.Resize(self.eval_resize, interpolation=v2.InterpolationMode.BILINEAR, antialias=True),
+                           v2.CenterCrop(CROP_SIZE), encode(self.encoding)])
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """What torchvision's ``Weights.meta`` holds, for these weights: ``categories`` (class names in logit order),
+        ``num_classes``, ``recipe`` (the release experiment), ``_metrics`` (ImageNet-1K top-1), ``encoding``,
+        ``crop_size`` / ``resize_size``, ``logit_bias`` (the fixed bias ``−log(999)``; see
+        :data:`~rightreasons.hub.weights.RELEASE_LOGIT_BIAS`), ``loss`` (``"bce"`` for the B-cos models, so their
+        class probabilities are ``sigmoid(logits)``; ``None`` where the release does not say), ``url``, ``file_name``
+        and ``hub_name``."""
+        categories = imagenet_categories()
+        return {"categories": list(categories), "num_classes": len(categories), "recipe": self.experiment,
+                "_metrics": {"ImageNet-1K": {"acc@1": self.top1}}, "encoding": self.encoding,
+                "crop_size": CROP_SIZE, "resize_size": self.eval_resize,
+                "logit_bias": RELEASE_LOGIT_BIAS if self.encoding == "bcos" else None,
+                "loss": "bce" if self.encoding == "bcos" else None,
+                "url": self.url, "file_name": self.file_name, "hub_name": self.hub_name}
 
     @property
     def url(self) -> str:
@@ -115,7 +163,8 @@ def _entries() -> dict[str, PretrainedWeights]:
             rows.append((f"bcos_{arch}", arch, f"vit_final/bcos_{arch}", f"bcos_{arch}-{bcos_hash}.pth", bcos_top1))
             rows.append((arch, f"standard_{arch}", f"vit_final/{arch}", f"standard_{arch}-{std_hash}.pth", std_top1))
     return {key: PretrainedWeights(key.split(".")[0], hub, exp, file, top1,
-                                   eval_resize=232 if exp.startswith("bcos_final_long/") else 256)
+                                   eval_resize=232 if exp.startswith("bcos_final_long/") else 256,
+                                   encoding="bcos" if key.startswith("bcos_") else "normalize")
             for key, hub, exp, file, top1 in rows}
 
 

@@ -14,6 +14,12 @@ pre_logits=False)`` pools and classifies, ``get_classifier()`` returns the class
 ``num_features`` are attributes. ``model.pretrained_cfg`` carries the data config: B-cos models take images in [0, 1]
 without mean/std normalisation (``mean = 0``, ``std = 1``), encoded to six channels with
 :class:`rightreasons.bcos.AddInverse` after timm's transforms.
+
+timm's feature-extraction mode (``features_only=True``, ``out_indices``, ``feature_cls``) is refused with a
+:class:`~rightreasons.errors.UsageError` that names the alternatives: ``model.forward_features(x)`` for the last
+feature map, and :func:`rightreasons.explain.capture_outputs` for the outputs of the guidance stages
+``mid1``–``mid3`` / ``final`` (hooks on the whole model, which keeps B-cos explanation mode and wrapped models
+working; timm's feature wrappers rebuild the network from its children and would lose both).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any, Callable
 from timm.models import PretrainedCfg, generate_default_cfgs, get_pretrained_cfg, is_model, register_model
 from torch import nn
 
+from ..errors import UsageError
 from .factory import create_model
 from .pretrained import PRETRAINED, download_pretrained
 from .registry import get_model_spec, list_models
@@ -54,6 +61,13 @@ def _entrypoint(name: str) -> Callable[..., nn.Module]:
         if pretrained_cfg_overlay or cache_dir is not None:
             raise ValueError(f"{name}: pretrained_cfg_overlay and cache_dir are not supported; released weights live "
                              "in the torch hub checkpoint directory (TORCH_HOME)")
+        features = sorted(k for k in ("features_only", "out_indices", "feature_cls") if k in kwargs)
+        if features:
+            raise UsageError(
+                f"{name}: timm's feature extraction ({', '.join(features)}) is not supported for rightreasons models; "
+                "use model.forward_features(x) for the last feature map, or "
+                "rightreasons.explain.capture_outputs(model, ['mid1', 'mid2', 'mid3', 'final']) around a forward "
+                "pass for the stage outputs")
         weights = f"{name}.{pretrained_cfg}" if pretrained_cfg else name
         cfg = get_pretrained_cfg(weights)  # an unknown tag raises here, as in timm
         checkpoint = download_pretrained(weights) if pretrained else None

@@ -8,13 +8,29 @@ loads strictly: missing or unexpected keys and shape mismatches are errors that 
 :func:`save_model` writes our own safetensors files, which carry the registry name and constructor arguments, so that
 :func:`rightreasons.hub.factory.load_model` rebuilds the model from the file alone. Files are written atomically
 (:func:`rightreasons.fileio.atomic_write`).
+
+The fixed logit layers (:class:`~rightreasons.bcos.layers.LogitLayer`, ``z / T + b``) hold no tensors, so a state
+dict cannot carry their bias ``b`` and temperature ``T``. Our files store them in the metadata entry
+:data:`LOGITS_KEY`, and loading such a file restores them: the logits of a loaded model equal those of the saved one,
+whatever the constructor's default (``−log(C − 1)``). Constructor arguments given explicitly (``logit_bias=...``,
+``logit_temperature=...``) win over the file. Other files (the B-cos v2 and Model-Guidance releases, Lightning
+checkpoints) do not record the values; when such a file's classifier is loaded into a model whose logit bias is not the
+releases' ``−log(999)``, loading warns (:class:`LogitBiasWarning`) with the shift and how to set the bias: the
+Model-Guidance checkpoints, for one, were trained with ``−log(999)`` on 20 or 80 classes, and our default
+``−log(19)`` would shift every logit by +3.96 (explanations are unaffected: the bias is a constant).
+
+Our files may also name the classes (:data:`CLASSES_KEY`); :func:`rightreasons.hub.factory.load_model` puts them on the
+model as ``model.classes``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import re
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,14 +39,27 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from ..bcos.layers import LogitLayer
 from ..errors import CheckpointError
 from ..fileio import atomic_write
 
-__all__ = ["METADATA_KEY", "fitted_state", "load_weights", "read_state_dict", "save_model"]
+__all__ = ["CLASSES_KEY", "LOGITS_KEY", "LogitBiasWarning", "METADATA_KEY", "RELEASE_LOGIT_BIAS", "fitted_state",
+           "load_weights", "read_state_dict", "restore_classes", "restore_logit_layers", "save_model"]
 
 WRAPPER_PREFIXES = ("0.", "model.", "ema.module.", "module.")
 METADATA_KEY = "rightreasons_model"
 """The safetensors metadata entry of our model files: JSON ``{"name": registry name, "kwargs": constructor args}``."""
+LOGITS_KEY = "rightreasons_logit_layers"
+"""Metadata entry of our model files: JSON ``{module name: {"bias": b, "temperature": T or null}}`` per logit layer."""
+CLASSES_KEY = "rightreasons_classes"
+"""Metadata entry of our model files: JSON list of the class names, in logit order (optional)."""
+RELEASE_LOGIT_BIAS = -math.log(999)
+"""The logit bias of every classifier of the B-cos v2 and Model-Guidance releases (``−log(1000 − 1)``)."""
+
+
+class LogitBiasWarning(UserWarning):
+    """A weights file that does not record its logit bias was loaded into a model whose bias differs from the
+    releases' ``−log(999)``: the logits may be shifted against those the file was trained with."""
 
 
 def _describe(model: nn.Module) -> str:
@@ -120,11 +149,21 @@ def load_weights(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
         replace_classifier: keep the model's own classifier when its shape differs from the checkpoint's
             (fine-tuning on another number of classes).
 
+    From a file whose classifier is loaded (not replaced), the logit layers are restored (our files) or checked
+    (files that do not record them), and the class names of our files become ``model.classes`` (module docstring).
+
     Raises:
         CheckpointError: naming the file and the missing, unexpected or mis-shaped keys.
     """
-    model.load_state_dict(fitted_state(model, source, strict=strict, ema=ema, replace_classifier=replace_classifier),
-                          strict=False)
+    state, metadata = (read_state_dict(source) if isinstance(source, (str, Path))
+                       else (_unwrap(source, Path("<state dict>")), {}))
+    name = str(source) if isinstance(source, (str, Path)) else "<state dict>"
+    fitted, replaced = _fit(model, state, name, metadata, strict=strict, ema=ema,
+                            replace_classifier=replace_classifier)
+    model.load_state_dict(fitted, strict=False)
+    if not replaced and isinstance(source, (str, Path)):
+        restore_logit_layers(model, metadata, name)
+        restore_classes(model, metadata, name)
     return model
 
 
@@ -138,6 +177,12 @@ def fitted_state(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
         state, metadata = read_state_dict(source)
     else:
         state = _unwrap(source, Path(name))
+    return _fit(model, state, name, metadata, strict=strict, ema=ema, replace_classifier=replace_classifier)[0]
+
+
+def _fit(model: nn.Module, state: dict[str, Tensor], name: str, metadata: Mapping[str, str], *, strict: bool,
+         ema: bool, replace_classifier: bool) -> tuple[dict[str, Tensor], bool]:
+    """:func:`fitted_state` of a state dict already read, and whether the model's classifier was kept (not loaded)."""
     own = model.state_dict()
     if ema and not any(k.startswith("ema.module.") for k in state):
         raise CheckpointError(f"{name}: ema=True, but the file holds no EMA weights (no 'ema.module.' keys)")
@@ -164,7 +209,7 @@ def fitted_state(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
         problems.append(f"unexpected keys ({len(unexpected)}): {_listing(unexpected)}")
     if problems:
         raise CheckpointError(f"{name} does not fit the model {_describe(model)}{origin}: " + "; ".join(problems))
-    return state
+    return state, bool(dropped)
 
 
 def _origin(metadata: str | None) -> str:
@@ -177,8 +222,71 @@ def _origin(metadata: str | None) -> str:
         return f" (the file's malformed metadata: {metadata[:120]!r})"
 
 
-def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, str] | None = None) -> Path:
-    """Write ``model``'s weights and its registry name/arguments to a safetensors file, atomically."""
+def _logit_layers(model: nn.Module) -> dict[str, LogitLayer]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, LogitLayer)}
+
+
+def _explicit_logit_arguments(model: nn.Module) -> bool:
+    """Whether the model's constructor was given its logit bias or temperature (those win over a file)."""
+    kwargs = (getattr(model, "model_args", None) or {}).get("kwargs", {})
+    return any(kwargs.get(key) is not None for key in ("logit_bias", "logit_temperature"))
+
+
+def restore_logit_layers(model: nn.Module, metadata: Mapping[str, str], source: str) -> None:
+    """Set the logit layers of ``model`` from a file's :data:`LOGITS_KEY` metadata; without it in a file we did not
+    write, warn when the model's bias is not the releases' ``−log(999)`` (files of ours from before the logit layers
+    were recorded are described by their constructor arguments). Explicit constructor arguments win and silence the
+    warning (module docstring)."""
+    layers = _logit_layers(model)
+    if not layers or _explicit_logit_arguments(model):
+        return
+    if LOGITS_KEY not in metadata:
+        if METADATA_KEY in metadata:  # ours, written before logit layers were recorded: the arguments describe them
+            return
+        shifted = {n: m.bias for n, m in layers.items() if abs(m.bias - RELEASE_LOGIT_BIAS) > 1e-6}
+        if shifted:
+            bias = next(iter(shifted.values()))
+            warnings.warn(
+                f"{source} does not record its logit bias; {_describe(model)} adds {bias:.3f} to its logits (its "
+                f"default), the B-cos v2 and Model-Guidance releases trained with −log(999) = "
+                f"{RELEASE_LOGIT_BIAS:.3f}: if the file comes from them, its logits shift by "
+                f"{bias - RELEASE_LOGIT_BIAS:+.2f}. Pass logit_bias={RELEASE_LOGIT_BIAS:.6f} (config: "
+                "model.kwargs.logit_bias) to reproduce them, or the bias you trained with to silence this; "
+                "explanations do not depend on it", LogitBiasWarning, stacklevel=3)
+        return
+    try:
+        stored = json.loads(metadata[LOGITS_KEY])
+        values = {n: (float(v["bias"]), None if v["temperature"] is None else float(v["temperature"]))
+                  for n, v in stored.items()}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{source}: malformed {LOGITS_KEY!r} metadata ({type(e).__name__}: {e})") from None
+    if set(values) != set(layers):
+        raise CheckpointError(f"{source}: the file records logit layers {sorted(values)}, the model "
+                              f"{_describe(model)} has {sorted(layers)}")
+    for name, (bias, temperature) in values.items():
+        if not math.isfinite(bias) or (temperature is not None and not temperature > 0):
+            raise CheckpointError(f"{source}: logit layer {name!r}: bias {bias!r} must be finite and temperature "
+                                  f"{temperature!r} positive or null")
+        layers[name].bias, layers[name].temperature = bias, temperature
+
+
+def restore_classes(model: nn.Module, metadata: Mapping[str, str], source: str) -> None:
+    """Set ``model.classes`` from a file's :data:`CLASSES_KEY` metadata (nothing when the file names none)."""
+    if CLASSES_KEY not in metadata:
+        return
+    try:
+        classes = json.loads(metadata[CLASSES_KEY])
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise TypeError("expected a list of strings")
+    except (json.JSONDecodeError, TypeError) as e:
+        raise CheckpointError(f"{source}: malformed {CLASSES_KEY!r} metadata ({type(e).__name__}: {e})") from None
+    model.classes = tuple(classes)
+
+
+def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, str] | None = None, *,
+               classes: Sequence[str] | None = None) -> Path:
+    """Write ``model``'s weights, its registry name/arguments, its logit layers and (when given, or set as
+    ``model.classes``) its class names to a safetensors file, atomically."""
     args = getattr(model, "model_args", None)
     if args is None:
         raise ValueError("save_model needs a model built with rightreasons.create_model (it records name and args)")
@@ -189,4 +297,11 @@ def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, str] |
                          "pass norms and other options by name") from e
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     metadata = {**(metadata or {}), METADATA_KEY: encoded}
+    layers = _logit_layers(model)
+    if layers:
+        metadata[LOGITS_KEY] = json.dumps({n: {"bias": m.bias, "temperature": m.temperature}
+                                           for n, m in layers.items()})
+    classes = getattr(model, "classes", None) if classes is None else classes
+    if classes is not None:
+        metadata[CLASSES_KEY] = json.dumps([str(c) for c in classes])
     return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))

@@ -16,10 +16,14 @@ file                   registered names
 ``holistic_vit``       ``bcos_holistic_vit_{ti,s,b}`` and DenseNet-121 hybrids
 ``standard``           ``resnet{18,34,50}``, ``densenet{121,169}``, ``xdnn_resnet50``, timm ViTs, the release's
                        standard ``simple_vit_*`` / ``vitc_*``
+``bcosified``          ``bcosified_<name>`` for every standard twin above but the X-DNN: the standard architecture
+                       converted into a B-cos network (:func:`bcosify`)
 =====================  ==================================================================================
 """
 
 from .base import BcosCNN
+from .bcosified import (BcosifiedDenseNet, BcosifiedResNet, BcosifiedSimpleViT, BcosifiedTimmViT, BcosifyOptions,
+                        bcosify)
 from .convnext import BcosConvNeXt
 from .densenet import BcosDenseNet
 from .holistic_vit import BcosHolisticViT
@@ -29,4 +33,5 @@ from .vgg import BcosVGG
 from .vit import BcosSimpleViT
 
 __all__ = ["BcosCNN", "BcosConvNeXt", "BcosDenseNet", "BcosHolisticViT", "BcosResNet", "BcosSimpleViT", "BcosVGG",
-           "DenseNet", "ResNet", "StandardSimpleViT", "XResNet"]
+           "BcosifiedDenseNet", "BcosifiedResNet", "BcosifiedSimpleViT", "BcosifiedTimmViT", "BcosifyOptions",
+           "DenseNet", "ResNet", "StandardSimpleViT", "XResNet", "bcosify"]

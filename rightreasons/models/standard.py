@@ -66,20 +66,46 @@ class ResNet(tv_resnet.ResNet):
         layers: blocks per stage (four stages).
         num_classes, in_chans, groups, width_per_group, zero_init_residual, norm_layer: as in torchvision
             (``in_chans`` replaces the stem conv when it is not 3).
+        inplanes: width of the stem and the first stage (torchvision: 64); stage ``i`` has ``inplanes · 2^i`` planes,
+            as in :class:`~rightreasons.models.resnet.BcosResNet`, and the key layout stays torchvision's.
     """
 
     def __init__(self, block: type[tv_resnet.BasicBlock | tv_resnet.Bottleneck], layers: Sequence[int],
                  num_classes: int = 1000, in_chans: int = 3, groups: int = 1, width_per_group: int = 64,
-                 zero_init_residual: bool = False, norm_layer: Callable[[int], nn.Module] | None = None) -> None:
+                 zero_init_residual: bool = False, norm_layer: Callable[[int], nn.Module] | None = None,
+                 inplanes: int = 64) -> None:
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if inplanes < 1:
+            raise ValueError(f"inplanes must be >= 1, got {inplanes}")
         super().__init__(block, list(layers), num_classes=num_classes, zero_init_residual=zero_init_residual,
                          groups=groups, width_per_group=width_per_group, norm_layer=norm_layer)
+        if inplanes != 64:
+            self._rebuild_with_width(block, layers, num_classes, inplanes, zero_init_residual)
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.num_features = self.fc.in_features
         if in_chans != 3:
             self.conv1 = _replace_stem(self.conv1, in_chans)
+
+    def _rebuild_with_width(self, block: type[tv_resnet.BasicBlock | tv_resnet.Bottleneck], layers: Sequence[int],
+                            num_classes: int, inplanes: int, zero_init_residual: bool) -> None:
+        """Replace torchvision's 64-wide stem, stages and classifier with ``inplanes``-wide ones, initialised as
+        torchvision does (Kaiming-normal fan-out convs, unit norms, optionally zero-initialised last residual norms)."""
+        self.inplanes, self.dilation = inplanes, 1
+        self.conv1 = nn.Conv2d(3, inplanes, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = self._norm_layer(inplanes)
+        for i, depth in enumerate(layers):
+            setattr(self, f"layer{i + 1}", self._make_layer(block, inplanes * 2 ** i, depth, stride=1 if i == 0 else 2))
+        self.fc = nn.Linear(inplanes * 2 ** (len(layers) - 1) * block.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        if zero_init_residual:
+            for m in self.modules():
+                last = getattr(m, "bn3" if isinstance(m, tv_resnet.Bottleneck) else "bn2", None)
+                if isinstance(m, (tv_resnet.BasicBlock, tv_resnet.Bottleneck)) and isinstance(last, nn.BatchNorm2d):
+                    nn.init.zeros_(last.weight)
 
     @property
     def stage_names(self) -> dict[str, str]:

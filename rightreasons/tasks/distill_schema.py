@@ -44,7 +44,9 @@ class TeacherConfig:
             raise ValueError("teacher: set teacher.name (a registered model) or teacher.checkpoint (a model file "
                              "written by rightreasons training)")
         if self.name is None and (self.pretrained or self.kwargs):
-            raise ValueError("teacher.pretrained and teacher.kwargs need teacher.name")
+            raise ValueError("teacher.pretrained and teacher.kwargs need teacher.name; a model file written by "
+                             "rightreasons names its own architecture and arguments, so with teacher.name=null also "
+                             "set teacher.kwargs={} and teacher.pretrained=false")
 
 
 @dataclass

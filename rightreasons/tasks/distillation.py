@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from accelerate import PartialState
+from accelerate.utils import gather_object
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
@@ -34,12 +35,13 @@ from ..distill import (DistillObjective, ExplanationCache, FidelityEvaluator, Sh
                        write_cache)
 from ..encoding import encode, reencode
 from ..engine import Step, Task, Trainer, train
+from ..engine.launch import use_cpu
 from ..errors import ConfigError, TrainingError, UsageError
 from ..evaluation import Evaluator, is_multilabel
 from ..explain import attribute, layer_for
 from ..hub import capabilities, create_model, load_model
 from ..classification import classification_loss, resolve_classification_loss
-from .classification import build_model, supervised_evaluators
+from .classification import build_model, run_model_file, supervised_evaluators, validation_objectives
 from .distill_schema import DistillConfig, TeacherConfig
 
 __all__ = ["DistillationTask", "cache_setting", "distill", "load_teacher", "write_teacher_cache"]
@@ -52,11 +54,11 @@ def load_teacher(config: TeacherConfig) -> nn.Module:
     that every process and every run — the cache writer included — builds the same teacher."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
+        checkpoint = run_model_file(config.checkpoint, "teacher.checkpoint")
         if config.name is None:
-            model = load_model(config.checkpoint)
+            model = load_model(checkpoint)
         else:
-            model = create_model(config.name, pretrained=config.pretrained, checkpoint=config.checkpoint,
-                                 **config.kwargs)
+            model = create_model(config.name, pretrained=config.pretrained, checkpoint=checkpoint, **config.kwargs)
     return freeze(model)
 
 
@@ -106,10 +108,6 @@ class DistillationTask(Task):
         self.method = "none"
         self.objective: DistillObjective | None = None
 
-    @property
-    def objectives(self) -> tuple[str, ...]:
-        return ("score", "epg", "iou") if self.config.eval.localization else ("score",)
-
     # ------------------------------------------------------------------ data and model
     def eval_dataset(self, split: str, encoding: str | None = None) -> Any:
         """Split ``split`` of the validation dataset (``distill.eval_data`` or ``data``); with ``encoding``, with
@@ -125,6 +123,7 @@ class DistillationTask(Task):
         train_set = _training_subset(load_dataset(data.name, data.root, data.train_split, **data.options), config)
         eval_data = config.distill.eval_data
         val_set = self.eval_dataset(eval_data.split if eval_data else data.val_split)
+        self.objectives = validation_objectives(config, val_set)
         return train_set, val_set
 
     def build_model(self, train_set: Any) -> nn.Module:
@@ -212,7 +211,7 @@ def write_teacher_cache(config: DistillConfig, out: str | Path, *, batch_size: i
     """Compute ``config.teacher``'s logits and explanations once per training image of ``config.data`` (the
     ``distill.shots`` subset when set) on the base view, and write them to ``out`` (resumable; see
     :mod:`rightreasons.distill.cache`). Uses every process of an ``accelerate``/``torchrun`` launch."""
-    state = PartialState(cpu=config.cpu)
+    state = PartialState(cpu=use_cpu(config.cpu))
     teacher = load_teacher(config.teacher).to(state.device)
     method = resolve_explanation(config.distill.explanation, capabilities(teacher).bcos)
     if method == "none":
@@ -236,6 +235,7 @@ def write_teacher_cache(config: DistillConfig, out: str | Path, *, batch_size: i
 
     return write_cache(explainer, dataset, out, setting, batch_size=batch_size or data.eval_batch_size,
                        shard_size=shard_size, device=state.device, rank=state.process_index,
-                       world_size=state.num_processes, barrier=state.wait_for_everyone, progress=report,
+                       world_size=state.num_processes, barrier=state.wait_for_everyone,
+                       gather=lambda value: gather_object([value]), progress=report,
                        provenance={"teacher_checkpoint": config.teacher.checkpoint, "shots": config.distill.shots,
                                    "shots_seed": config.distill.shots_seed})

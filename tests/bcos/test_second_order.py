@@ -6,6 +6,9 @@ on the explanation (weights and contributions, plus a logit term as in joint tra
 explanation mode and compares the parameter gradient with central differences of the same loss:
 ``‖g − g_fd‖ / ‖g_fd‖ < 1e-6`` (docs/science.md, explanation mode).
 
+The same check covers the units of B-cosified networks (raw weights, gain, bias after the transform), the GELU gate
+as a dynamic weight, and whole B-cosified ResNets and ViTs (``rightreasons.bcosify``).
+
 The control tests run the same check on a network whose dynamic weights are detached in the forward pass while
 explaining (the reference library's approach, reproduced by monkeypatching and with the ``bcos`` package itself) and
 require it to fail by a wide margin, so the check is known to be able to fail.
@@ -17,10 +20,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+import timm
+
 import rightreasons as rr
-from rightreasons.bcos import BcosConv2d, BcosLinear, DynamicLinear, norms
+from rightreasons.bcos import (BcosConv2d, BcosifiedConv2d, BcosifiedLinear, BcosLinear, DynamicGELU, DynamicLinear,
+                               norms)
 from rightreasons.explain import attribute
 from rightreasons.models.resnet import BcosResNet, Bottleneck
+from rightreasons.models.standard import StandardSimpleViT
 
 EPS = 1e-7
 TOLERANCE = 1e-6
@@ -188,6 +195,48 @@ def test_bcos_linear_explanation_gradient_matches_finite_differences(config):
     assert full_check(setup) < TOLERANCE
 
 
+BCOSIFIED_CASES = {
+    "raw-B2": {"weight_mode": "raw"},
+    "raw-B1.5-bias": {"weight_mode": "raw", "b": 1.5, "bias": True},
+    "gain-B2-bias": {"weight_mode": "gain", "bias": True},
+    "gain-B2.5-maxout2": {"weight_mode": "gain", "b": 2.5, "max_out": 2},
+}
+
+
+def randomise_gains_and_biases(model: nn.Module) -> nn.Module:
+    """Gains away from 1 and biases away from 0 (their values at construction)."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (BcosifiedConv2d, BcosifiedLinear)):
+                if m.gain is not None:
+                    m.gain.uniform_(0.5, 1.5)
+                if m.bias is not None:
+                    m.bias.normal_(0, 0.2)
+    return model
+
+
+@pytest.mark.parametrize("config", list(BCOSIFIED_CASES.values()), ids=list(BCOSIFIED_CASES))
+def test_bcosified_conv2d_explanation_gradient_matches_finite_differences(config):
+    model = nn.Sequential(BcosifiedConv2d(4, 4, 3, padding=1, **config), BcosifiedConv2d(4, 2, 3, padding=1, **config))
+    setup = Setup(nn.Sequential(randomise_gains_and_biases(model), Readout(2 * 25)), torch.randn(2, 4, 5, 5),
+                  train=True)
+    assert full_check(setup) < TOLERANCE
+
+
+@pytest.mark.parametrize("config", list(BCOSIFIED_CASES.values()), ids=list(BCOSIFIED_CASES))
+def test_bcosified_linear_explanation_gradient_matches_finite_differences(config):
+    body = ChannelsLast(BcosifiedLinear(4, 5, **config), BcosifiedLinear(5, 3, **config))
+    setup = Setup(nn.Sequential(randomise_gains_and_biases(body), Readout(3 * 9)), torch.randn(2, 4, 3, 3), train=True)
+    assert full_check(setup) < TOLERANCE
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_dynamic_gelu_explanation_gradient_matches_finite_differences(approximate):
+    model = nn.Sequential(ChannelsLast(BcosLinear(4, 5), DynamicGELU(approximate), BcosLinear(5, 3)), Readout(3 * 9))
+    setup = Setup(model, torch.randn(2, 4, 3, 3), train=True)
+    assert full_check(setup) < TOLERANCE
+
+
 # ----------------------------------------------------------------------------------------------------------- norms
 
 @pytest.fixture
@@ -222,6 +271,25 @@ def tiny_resnext() -> nn.Module:
     (tiny_resnext, 8),
 ], ids=["cifar10_resnet20", "tiny_resnext"])
 def test_resnet_explanation_gradient_matches_finite_differences(build, size, train):
+    setup = Setup(build(), torch.rand(2, 6, size, size), train=train)
+    assert sampled_check(setup) < TOLERANCE
+
+
+BCOSIFIED_MODELS = {
+    "resnet": (lambda: rr.bcosify(rr.create_model("resnet18", num_classes=3, inplanes=4, layers=[1, 1, 1, 1])), 32),
+    "densenet": (lambda: rr.bcosify(rr.create_model("densenet121", num_classes=3, growth_rate=4,
+                                                    block_config=(1, 1, 1, 1), num_init_features=4)), 32),
+    "simple_vit": (lambda: rr.bcosify(StandardSimpleViT(image_size=8, patch_size=4, num_classes=3, dim=8, depth=1,
+                                                        heads=2, mlp_dim=8)), 8),
+    "timm_vit": (lambda: rr.bcosify(timm.create_model("vit_tiny_patch16_224", num_classes=3, img_size=8, patch_size=4,
+                                                      embed_dim=8, depth=1, num_heads=2, mlp_ratio=1.0)), 8),
+}
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", list(BCOSIFIED_MODELS))
+def test_bcosified_model_explanation_gradient_matches_finite_differences(name, train):
+    build, size = BCOSIFIED_MODELS[name]
     setup = Setup(build(), torch.rand(2, 6, size, size), train=train)
     assert sampled_check(setup) < TOLERANCE
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rightreasons.data import COMMON_OPTIONS, DATASETS, load_dataset
+from rightreasons.data import COMMON_OPTIONS, DATASET_SPLITS, DATASETS, default_test_split, load_dataset
 from rightreasons.errors import UnknownNameError, UsageError
 
 
@@ -25,7 +25,22 @@ def test_unknown_names_and_options_list_the_valid_ones(tmp_path):
 
 
 def test_synthetic_datasets_are_generated_in_memory_without_a_root():
-    ds = load_dataset("synthetic-birds", None, "val", n=6, size=32, seed=1, box_policy="error")
+    ds = load_dataset("synthetic-birds", None, "train", n=6, size=32, seed=1, box_policy="error")
     assert len(ds) == 6 and ds.classes == ("landbird", "waterbird") and set(ds.groups.tolist()) <= {0, 3}
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         load_dataset("synthetic-multilabel", None, "dev", n=2)
+
+
+def test_each_dataset_knows_its_splits_and_the_one_a_model_is_tested_on(tmp_path, write_voc):
+    assert set(DATASET_SPLITS) == set(DATASETS)
+    assert {name: default_test_split(name) for name in DATASETS} == {
+        "voc2007": "test", "coco2014": "val", "waterbirds100": "test", "imagenet": "val", "synthetic-birds": "test",
+        "synthetic-multilabel": "test"}
+    # an unknown split is a user error (one `error:` line on the command line) that lists the valid ones
+    voc = write_voc(tmp_path, {}, {"train": []})
+    for name, root, message in (
+            ("coco2014", tmp_path, "unknown COCO split 'test'; expected one of train, val .*no test annotations"),
+            ("voc2007", voc, "unknown VOC split 'dev'"), ("waterbirds100", tmp_path, "unknown Waterbirds split 'dev'"),
+            ("synthetic-birds", None, "unknown split 'dev'")):
+        with pytest.raises(UsageError, match=message):
+            load_dataset(name, root, "test" if name == "coco2014" else "dev")

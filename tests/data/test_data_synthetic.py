@@ -26,8 +26,8 @@ def test_generation_is_deterministic_by_seed():
 
 
 @pytest.mark.parametrize("split, correlation, expected", [
-    ("train", 1.0, [50, 0, 0, 50]), ("val", 1.0, [50, 0, 0, 50]), ("train", 0.9, [45, 5, 5, 45]),
-    ("test", 1.0, [25, 25, 25, 25]),
+    ("train", 1.0, [50, 0, 0, 50]), ("train", 0.9, [45, 5, 5, 45]),
+    ("val", 1.0, [25, 25, 25, 25]), ("val", 0.9, [25, 25, 25, 25]), ("test", 1.0, [25, 25, 25, 25]),
 ])
 def test_bird_groups_follow_the_correlation_exactly(split, correlation, expected):
     data = generate("birds", split, 100 if split != "test" else 100, SyntheticConfig(correlation=correlation, size=32))

@@ -1,51 +1,30 @@
-"""PASCAL VOC 2007 loader on a small VOCdevkit written by the test (JPEGs, XML, ImageSets, a segmentation)."""
+"""PASCAL VOC 2007 loader on a small VOCdevkit written by the test (JPEGs, XML, ImageSets, a segmentation; the
+writers are the shared ``write_voc`` / ``voc_xml`` fixtures)."""
 
 import re
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from rightreasons.cli import main
 from rightreasons.data import VOC_CLASSES, BoxWarning, DataError, collate, load_dataset
 from rightreasons.data.prepare import voc as prepare_voc
 
-OBJECTS = {  # id: (H, W, [(name, xmin, ymin, xmax, ymax, difficult)])
-    "000001": (40, 50, [("dog", 5, 6, 20, 30, 0), ("person", 30, 2, 45, 38, 1)]),
-    "000002": (30, 30, [("cat", 1, 1, 30, 30, 0)]),
-    "000003": (36, 44, [("car", 10, 10, 20, 20, 0), ("car", 22, 5, 40, 15, 0), ("dog", 2, 2, 8, 8, 1)]),
+OBJECTS = {  # id: (H, W, [(name, xmin, ymin, xmax, ymax, difficult, truncated)])
+    "000001": (40, 50, [("dog", 5, 6, 20, 30, 0, 1), ("person", 30, 2, 45, 38, 1, 0)]),
+    "000002": (30, 30, [("cat", 1, 1, 30, 30, 0, 0)]),
+    "000003": (36, 44, [("car", 10, 10, 20, 20, 0, 0), ("car", 22, 5, 40, 15, 0, 1), ("dog", 2, 2, 8, 8, 1, 0)]),
 }
-
-
-def xml_text(image_id, h, w, objects):
-    objs = "".join(
-        f"<object><name>{n}</name><pose>Unspecified</pose><truncated>0</truncated><difficult>{d}</difficult>"
-        f"<bndbox><xmin>{x1}</xmin><ymin>{y1}</ymin><xmax>{x2}</xmax><ymax>{y2}</ymax></bndbox></object>"
-        for n, x1, y1, x2, y2, d in objects)
-    return (f"<annotation><folder>VOC2007</folder><filename>{image_id}.jpg</filename>"
-            f"<size><width>{w}</width><height>{h}</height><depth>3</depth></size>{objs}</annotation>")
+SPLITS = {"train": ["000001", "000002"], "val": ["000003"], "trainval": ["000001", "000002", "000003"], "test": []}
 
 
 @pytest.fixture
-def voc(tmp_path):
-    root = tmp_path / "VOCdevkit" / "VOC2007"
-    for d in ("JPEGImages", "Annotations", "ImageSets/Main", "SegmentationClass"):
-        (root / d).mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for image_id, (h, w, objects) in OBJECTS.items():
-        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(root / "JPEGImages" / f"{image_id}.jpg")
-        (root / "Annotations" / f"{image_id}.xml").write_text(xml_text(image_id, h, w, objects))
+def voc(tmp_path, write_voc):
     seg = np.zeros((40, 50), np.uint8)
     seg[5:30, 4:20] = VOC_CLASSES.index("dog") + 1
     seg[4, :] = 255
-    img = Image.fromarray(seg, mode="P")
-    img.putpalette([0, 0, 0] * 256)
-    img.save(root / "SegmentationClass" / "000001.png")
-    for split, ids in {"train": ["000001", "000002"], "val": ["000003"],
-                       "trainval": ["000001", "000002", "000003"], "test": []}.items():
-        (root / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
-    return root
+    return write_voc(tmp_path, OBJECTS, SPLITS, {"000001": seg})
 
 
 def test_labels_boxes_and_segmentation(voc):
@@ -99,14 +78,14 @@ def test_missing_and_malformed_files_are_named(voc):
     (("kat", 1, 1, 5, 5, 0), r"000002\.xml: object 0: unknown class name 'kat'; expected one of aeroplane"),
     (("cat", 9, 1, 5, 5, 0), r"000002\.xml: object 0 \(cat\): box .* is degenerate"),
 ])
-def test_bad_objects_are_errors(voc, obj, message):
-    (voc / "Annotations" / "000002.xml").write_text(xml_text("000002", 30, 30, [obj]))
+def test_bad_objects_are_errors(voc, voc_xml, obj, message):
+    (voc / "Annotations" / "000002.xml").write_text(voc_xml("000002", 30, 30, [obj]))
     with pytest.raises(DataError, match=message):
         load_dataset("voc2007", voc, "train")
 
 
-def test_out_of_range_boxes_clip_with_a_warning_or_fail_by_policy(voc):
-    (voc / "Annotations" / "000002.xml").write_text(xml_text("000002", 30, 30, [("cat", 1, 1, 35, 20, 0)]))
+def test_out_of_range_boxes_clip_with_a_warning_or_fail_by_policy(voc, voc_xml):
+    (voc / "Annotations" / "000002.xml").write_text(voc_xml("000002", 30, 30, [("cat", 1, 1, 35, 20, 0)]))
     with pytest.warns(BoxWarning, match=r"000002\.xml: object 0 \(cat\): .*outside the image"):
         ds = load_dataset("voc2007", voc, "train")
     assert ds[1]["boxes"].tolist() == [[0, 0, 30, 20]]
@@ -131,16 +110,16 @@ def test_undecodable_image_in_a_worker_names_the_file(voc):
     assert re.search(r"JPEGImages/000002\.jpg: cannot decode image", errors[0])
 
 
-def test_prepare_reports_exactly_what_is_missing(voc, capsys):
-    assert main(["prepare", "voc", str(voc.parent.parent), "--allow-partial"]) == 0  # finds VOCdevkit/VOC2007
+def test_prepare_reports_exactly_what_is_missing(voc, voc_xml, capsys):
+    assert main(["prepare", "voc2007", "--root", str(voc.parent.parent), "--allow-partial"]) == 0  # finds VOC2007
     out = capsys.readouterr().out
     assert "trainval: 3 images" in out and "SegmentationClass: 1 masks" in out and "== OK" in out
     assert prepare_voc.check(voc.parent.parent, allow_partial=True).exit_code == 0
-    assert main(["prepare", "voc", str(voc)]) == 1  # not the official counts
+    assert main(["prepare", "voc", "--root", str(voc)]) == 1  # not the official counts; "voc" is an alias
     assert "train.txt: 2 ids, the official release has 2501" in capsys.readouterr().out
     (voc / "JPEGImages" / "000003.jpg").unlink()
-    (voc / "Annotations" / "000002.xml").write_text(xml_text("000002", 30, 30, [("kat", 1, 1, 5, 5, 0)]))
-    assert main(["prepare", "voc", str(voc), "--allow-partial", "--tars", str(voc)]) == 1
+    (voc / "Annotations" / "000002.xml").write_text(voc_xml("000002", 30, 30, [("kat", 1, 1, 5, 5, 0)]))
+    assert main(["prepare", "voc2007", "--root", str(voc), "--allow-partial", "--tars", str(voc)]) == 1
     out = capsys.readouterr().out
     assert "JPEGImages/000003.jpg" in out and "unknown class name 'kat'" in out
     assert "VOCtrainval_06-Nov-2007.tar: file to checksum not found" in out

@@ -1,15 +1,13 @@
-"""Waterbirds-100 loader on a metadata.csv, images and a box file written by the test."""
+"""Waterbirds-100 loader on a metadata.csv (the release's columns), images, a box file and CUB-style masks written by
+the shared ``write_waterbirds`` fixture."""
 
-import csv
-
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from rightreasons.boxes import boxes_to_masks
 from rightreasons.cli import main
 from rightreasons.data import GROUP_NAMES, DataError, load_dataset
+from rightreasons.errors import UsageError
 from rightreasons.data.prepare import waterbirds as prepare_waterbirds
 
 # (img_filename, y, place, split, box)
@@ -23,25 +21,10 @@ ROWS = [
 ]
 
 
-def write_waterbirds(root, rows=ROWS, header=("img_id", "img_filename", "y", "split", "place", "place_filename")):
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / "metadata.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        for i, (name, y, place, split, _) in enumerate(rows):
-            w.writerow([i + 1, name, y, split, place, "/b/bamboo_forest/00000001.jpg"][:len(header)])
-    with (root / "boxes.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["img_filename", "x1", "y1", "x2", "y2"])
-        w.writerows([name, *box] for name, *_, box in rows)
-    for name, *_ in rows:
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.zeros((24, 32, 3), np.uint8)).save(root / name)
-    return root
 
 
-def test_groups_splits_and_conventional_task(tmp_path):
-    root = write_waterbirds(tmp_path)
+def test_groups_splits_and_conventional_task(tmp_path, write_waterbirds):
+    root = write_waterbirds(tmp_path, ROWS)
     train = load_dataset("waterbirds100", root, "train")
     assert train.classes == ("landbird", "waterbird") and len(train) == 2
     s = train[0]
@@ -56,8 +39,8 @@ def test_groups_splits_and_conventional_task(tmp_path):
     assert test.groups.tolist() == [2, 1]  # G3 = waterbird on land, G2 = landbird on water
 
 
-def test_reversed_task_guides_outside_the_bird_box(tmp_path):
-    root = write_waterbirds(tmp_path)
+def test_reversed_task_guides_outside_the_bird_box(tmp_path, write_waterbirds):
+    root = write_waterbirds(tmp_path, ROWS)
     ds = load_dataset("waterbirds100", root, "test", task="reversed")
     assert ds.classes == ("land", "water")
     s = ds[0]  # waterbird on land: label "land"
@@ -68,23 +51,26 @@ def test_reversed_task_guides_outside_the_bird_box(tmp_path):
     assert torch.equal(outside, ~bird)
 
 
-def test_no_box_file_and_limited_boxes(tmp_path):
-    root = write_waterbirds(tmp_path)
+def test_no_box_file_and_limited_boxes(tmp_path, write_waterbirds):
+    root = write_waterbirds(tmp_path, ROWS)
     plain = load_dataset("waterbirds100", root, "test", box_file=None)
     assert [plain[i]["has_boxes"] for i in range(2)] == [False, False] and len(plain[0]["boxes"]) == 0
-    with pytest.raises(ValueError, match="needs a box file"):
+    with pytest.raises(UsageError, match="needs a box file") as refused:  # a RightReasonsError: one CLI error line
         load_dataset("waterbirds100", root, "test", box_file=None, annotated_fraction=0.5)
+    message = str(refused.value)  # the command-line forms, not Python's box_file=None
+    assert "data.options.box_file=null" in message and "data.annotated_fraction=0" in message
+    assert "box_file=None" not in message and f"rightreasons prepare waterbirds100 --root {root}" in message
     half = load_dataset("waterbirds100", root, "test", annotated_fraction=0.5, annotation_seed=1)
     assert sorted(half[i]["has_boxes"] for i in range(2)) == [False, True]
 
 
-def test_bad_files_are_named(tmp_path):
+def test_bad_files_are_named(tmp_path, write_waterbirds):
     with pytest.raises(DataError, match=r"nothing: Waterbirds-100 directory not found"):
         load_dataset("waterbirds100", tmp_path / "nothing", "train")
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match=r"metadata\.csv: Waterbirds metadata\.csv not found"):
         load_dataset("waterbirds100", tmp_path / "empty", "train")
-    root = write_waterbirds(tmp_path / "b", header=("img_id", "img_filename", "y", "split"))
+    root = write_waterbirds(tmp_path / "b", ROWS, header=("img_id", "img_filename", "y", "split"))
     with pytest.raises(DataError, match=r"metadata\.csv: missing column\(s\) place"):
         load_dataset("waterbirds100", root, "train")
     rows = [ROWS[0], ("002.Sparrow/s1.jpg", 3, 0, 0, (0, 0, 10, 10))]
@@ -95,29 +81,27 @@ def test_bad_files_are_named(tmp_path):
     root = write_waterbirds(tmp_path / "d", rows)
     with pytest.raises(DataError, match=r"boxes\.csv: line 3 \(002\.Sparrow/s1\.jpg\): .*degenerate"):
         load_dataset("waterbirds100", root, "train")
-    root = write_waterbirds(tmp_path / "e")
+    root = write_waterbirds(tmp_path / "e", ROWS)
     lines = (root / "boxes.csv").read_text().splitlines()
     (root / "boxes.csv").write_text("\n".join(lines[:2]) + "\n")
     with pytest.raises(DataError, match=r"boxes\.csv: no box for 1 image\(s\) of split 'train', e\.g\. 002"):
         load_dataset("waterbirds100", root, "train")
     (root / "boxes.csv").unlink()
-    with pytest.raises(DataError, match="box file not found; build it with `rightreasons prepare waterbirds ROOT"):
+    with pytest.raises(DataError, match="box file not found") as missing:
         load_dataset("waterbirds100", root, "train")
+    message = str(missing.value)  # every way out, in the forms a user types
+    assert "CUB-200-2011" in message and "segmentations/" in message
+    assert f"rightreasons prepare waterbirds100 --root {root} --segmentations" in message
+    assert "data.options.box_file=null data.annotated_fraction=0" in message and "box_file=None" not in message
 
 
-def test_prepare_builds_the_box_file_from_segmentations(tmp_path, capsys):
-    root = write_waterbirds(tmp_path / "wb")
-    (root / "boxes.csv").unlink()
+def test_prepare_builds_the_box_file_from_segmentations(tmp_path, write_waterbirds, capsys):
     seg = tmp_path / "segmentations"
-    for name, *_, (x1, y1, x2, y2) in ROWS:
-        mask = np.zeros((12, 16), np.uint8)  # half the image size: boxes are scaled back up
-        mask[y1 // 2:(y2 + 1) // 2, x1 // 2:(x2 + 1) // 2] = 255
-        (seg / name).parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(mask).save((seg / name).with_suffix(".png"))
-    assert main(["prepare", "waterbirds", str(root)]) == 1
+    root = write_waterbirds(tmp_path / "wb", ROWS, box_file=False, segmentations=seg)  # masks: half the image size
+    assert main(["prepare", "waterbirds100", "--root", str(root)]) == 1
     assert "box file missing" in capsys.readouterr().out
     assert prepare_waterbirds.check(root).exit_code == 1
-    assert main(["prepare", "waterbirds", str(root), "--segmentations", str(seg)]) == 0
+    assert main(["prepare", "waterbirds", "--root", str(root), "--segmentations", str(seg)]) == 0  # the alias
     out = capsys.readouterr().out
     assert "wrote 6 boxes" in out and "train: G1 landbird/land 1, G2 landbird/water 0" in out
     ds = load_dataset("waterbirds100", root, "test")

@@ -33,7 +33,7 @@ def test_quick_demo_writes_report_figures_and_finite_results(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(out / "report.md")
     results = json.loads((out / "results.json").read_text())
     guidance = results["guidance"]
-    models = ["baseline", "energy", "l1", "energy-dilated50", "l1-dilated50"]
+    models = ["baseline", "energy", "l1", "energy-dilated50", "l1-dilated50", "energy-1pct"]
     assert guidance["models"] == models and list(guidance["runs"]) == ["seed-0"]
     for model in models:
         metrics = guidance["runs"]["seed-0"][model]
@@ -42,19 +42,26 @@ def test_quick_demo_writes_report_figures_and_finite_results(tmp_path, capsys):
         assert metrics["worst_group_accuracy"] == min(metrics[g] for g in ("G1", "G2", "G3", "G4"))
         assert guidance["summary"][model]["accuracy"]["std"] is None  # one seed
     assert all(math.isfinite(x) for x in _numbers(results))
-    assert len(guidance["checks"]) == 4
+    assert len(guidance["checks"]) == 5
     shown = results["explanations"]["images"]
     assert "G3 waterbird/land" in [image["group"] for image in shown]
     assert all(set(image["predictions"]) == set(models) for image in shown)
+    for prediction in (p for image in shown for p in image["predictions"].values()):  # the sigmoid of the logit
+        assert prediction["probability"] == pytest.approx(1 / (1 + math.exp(-prediction["logit"])))
     assert set(results["pareto"]["front"]) <= {f"{m}/seed-0" for m in models}
     for figure in (results["explanations"]["figure"], results["pareto"]["figure"]):
         assert (out / figure).stat().st_size > 10_000
     report = (out / "report.md").read_text()
     for text in ("## Model guidance", "| baseline |", "| energy-dilated50 |", "worst group", "EPG",
-                 "](figures/explanations.png)", "](figures/pareto.png)", "**Benchmark**"):
+                 "](figures/explanations.png)", "](figures/pareto.png)", "**Benchmark**", "*smoke run*",
+                 "median |logit|"):
         assert text in report
     for model in models:
         assert (out / "runs" / "seed-0" / model / "model.safetensors").is_file()
+        config = json.loads((out / "runs" / "seed-0" / model / "summary.json").read_text())["config"]
+        assert config["eval"]["select"] == "worst_group_accuracy" and config["checkpoint"]["export"] == "best"
+    few = json.loads((out / "runs" / "seed-0" / "energy-1pct" / "summary.json").read_text())["config"]
+    assert few["data"]["annotated_fraction"] == 0.01 and few["guidance"]["annotated_per_batch"] == 2
 
     distillation = results["distillation"]
     modes = ["kd", "e2kd", "e2kd_frozen"]
@@ -122,14 +129,17 @@ def test_summary_is_mean_and_sample_std_over_seeds():
 
 def test_benchmark_checks_compare_means_in_percentage_points():
     table = {"baseline": [(0.70, 0.20, 0.40)], "energy": [(0.75, 0.40, 0.80)], "l1": [(0.69, 0.25, 0.70)],
-             "energy-dilated50": [(0.74, 0.38, 0.76)], "l1-dilated50": [(0.68, 0.22, 0.50)]}
+             "energy-dilated50": [(0.74, 0.38, 0.76)], "l1-dilated50": [(0.68, 0.22, 0.50)],
+             "energy-1pct": [(0.72, 0.30, 0.60)]}
     checks = benchmark_checks(summarize(_runs(table), tuple(table), METRICS))
     values = [(round(c["value"], 6), c["passed"]) for c in checks]
-    # Energy: +20 p.p. worst group, +5 p.p. accuracy; L1: +5 p.p.; EPG gain kept: Energy 36/40, L1 10/30
-    assert values == [(20.0, True), (5.0, True), (5.0, True), (round(100 * (36 / 40 - 10 / 30), 6), True)]
+    # Energy: +20 p.p. worst group, +5 p.p. accuracy; L1: +5 p.p.; Energy on 1 % boxes: +10 p.p.;
+    # EPG gain kept: Energy 36/40, L1 10/30
+    assert values == [(20.0, True), (5.0, True), (5.0, True), (10.0, False),
+                      (round(100 * (36 / 40 - 10 / 30), 6), True)]
     table["energy"] = [(0.69, 0.30, 0.80)]
     failed = [c["passed"] for c in benchmark_checks(summarize(_runs(table), tuple(table), METRICS))]
-    assert failed == [False, False, True, True]
+    assert failed == [False, False, True, False, True]
 
 
 def test_distillation_checks_compare_ood_agreement_in_percentage_points():
@@ -170,3 +180,18 @@ def test_guided_configs_fine_tune_the_baseline_with_limited_boxes(tmp_path):
     baseline = training_run(settings, 1, tmp_path / "base").config()
     assert not baseline.guidance.enabled and baseline.model.checkpoint is None
     assert baseline.data.options == settings.dataset_options("train")
+
+
+def test_a_smoke_run_says_so_next_to_its_benchmark_marks(tmp_path):
+    """Issue 14, item 9: the --quick report showed ✗ benchmark failures without saying it is a smoke run."""
+    from rightreasons.demo.pipeline import DemoContext
+
+    checks = [{"check": "gain >= 15 p.p.", "value": 3.0, "passed": False},
+              {"check": "not lower", "value": 1.0, "passed": True}]
+    quick = DemoContext(tmp_path, DemoSettings.quick()).benchmark(checks)
+    assert DemoSettings.quick().smoke and not DemoSettings.full().smoke
+    assert "*smoke run*" in quick.splitlines()[0]
+    assert "- ✗ gain >= 15 p.p.: +3.0 (smoke run)" in quick and "- ✓ not lower: +1.0\n" not in quick
+    assert quick.endswith("- ✓ not lower: +1.0")
+    full = DemoContext(tmp_path, DemoSettings.full()).benchmark(checks)
+    assert "smoke" not in full and full.splitlines()[0] == "**Benchmark** (means, p.p.):"

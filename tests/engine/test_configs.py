@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from rightreasons import sweep
+from rightreasons.cli.prepare import DEFAULT_ROOTS
 from rightreasons.config import load_config
 from rightreasons.engine import TrainConfig
 from rightreasons.errors import ConfigError
@@ -16,8 +17,11 @@ BASES = sorted(CONFIGS.glob("*.yaml"))
 GRIDS = sorted((CONFIGS / "grids").glob("*.yaml"))
 
 
-def test_there_is_a_base_per_dataset_and_the_grids():
-    assert {p.stem for p in BASES} == {"voc2007", "coco2014", "waterbirds100"}
+DATASETS = ("voc2007", "coco2014", "waterbirds100")
+
+
+def test_there_is_a_baseline_and_a_guided_config_per_dataset_and_the_grids():
+    assert {p.stem for p in BASES} == {*DATASETS, *(f"{d}_baseline" for d in DATASETS)}
     assert {p.stem for p in GRIDS} == {"baselines", "guidance", "limited", "dilated", "waterbirds"}
 
 
@@ -27,10 +31,33 @@ def test_base_configs_load_with_the_thesis_settings(path):
     assert config.model.name == "bcos_resnet50"
     assert config.optim.name == "adam" and config.optim.schedule == "constant"
     assert config.data.image_size == 224 and config.data.batch_size == 64
-    assert config.guidance.enabled and config.guidance.method == "bcos"
-    assert config.guidance.reduction == "sum"  # the thesis' λ values assume a sum over the batch
-    expected = {"voc2007": (1e-4, 50), "coco2014": (1e-4, 10), "waterbirds100": (1e-5, 350)}[path.stem]
+    if path.stem.endswith("_baseline"):
+        assert not config.guidance.enabled  # `rightreasons train` would switch it off anyway
+    else:
+        assert config.guidance.enabled and config.guidance.method == "bcos"
+        assert config.guidance.reduction == "sum"  # the thesis' λ values assume a sum over the batch
+    expected = {"voc2007": (1e-4, 50), "coco2014": (1e-4, 10), "waterbirds100": (1e-5, 350),
+                "voc2007_baseline": (1e-4, 300), "coco2014_baseline": (1e-4, 60),
+                "waterbirds100_baseline": (1e-5, 350)}[path.stem]
     assert (config.optim.lr, config.optim.epochs) == expected
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_the_configs_of_a_dataset_chain_by_run_directory_from_imagenet_weights(dataset):
+    """The baseline starts from the published ImageNet B-cos weights; VOC's and COCO's guided runs start from the
+    directory the baseline writes (Waterbirds' from the ImageNet weights, as the thesis); the data lies where
+    `rightreasons prepare` looks by default."""
+    baseline = load_config(TrainConfig, CONFIGS / f"{dataset}_baseline.yaml")
+    guided = load_config(TrainConfig, CONFIGS / f"{dataset}.yaml")
+    assert baseline.model.pretrained and baseline.model.checkpoint is None
+    assert baseline.output_dir == f"runs/{dataset}/baseline" and guided.output_dir == f"runs/{dataset}/guided"
+    if dataset == "waterbirds100":
+        assert guided.model.pretrained and guided.model.checkpoint is None
+    else:
+        assert not guided.model.pretrained and guided.model.checkpoint == baseline.output_dir
+    assert baseline.data.name == guided.data.name == dataset
+    assert baseline.data.root == guided.data.root == DEFAULT_ROOTS[dataset]
+    assert not any(".safetensors" in str(c.model.checkpoint) for c in (baseline, guided))
 
 
 def test_waterbirds_base_uses_one_percent_of_the_boxes_and_lambda_5e_2():

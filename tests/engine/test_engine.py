@@ -38,10 +38,9 @@ def config_file(tmp_path: Path) -> Path:
     return path
 
 
-def _run(args: list[str], cwd: Path, code: str | None = None, launcher: list[str] | None = None,
-         check: bool = True) -> subprocess.CompletedProcess:
+def _run(args: list[str], cwd: Path, code: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    command = (launcher or [sys.executable]) + (["-c", code] if code else ["-m", "rightreasons"]) + args
+    command = [sys.executable] + (["-c", code] if code else ["-m", "rightreasons"]) + args
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check and result.returncode != 0:
         raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -162,12 +161,11 @@ def test_run_writes_model_metrics_checkpoints_and_explanations(reference_run):
     assert model.num_classes == 2
 
 
-def test_two_processes_match_one_process(reference_run, tmp_path):
+def test_two_processes_match_one_process(reference_run, tmp_path, launch):
     """2 processes (gloo) with half the global batch each follow the 1-process run: compare after 4 Adam steps
     with the reference run's checkpoint of step 4 (same config, so the same schedule)."""
     (tmp_path / "config.yaml").write_text(BASE)
-    _run(["guide", "--config", "config.yaml", "output_dir=ddp", "max_steps=4"], tmp_path,
-         launcher=[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"])
+    launch(["guide", "--config", "config.yaml", "output_dir=ddp", "max_steps=4"], processes=2, cwd=tmp_path)
     reference = load_file(reference_run / "run" / "checkpoints" / "step-000004" / "model.safetensors")
     assert _max_difference(reference, _weights(tmp_path / "ddp")) < 1e-5
 

@@ -4,8 +4,6 @@ read at backward time."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -19,19 +17,13 @@ CASES = [(m, layer) for m in METHODS for layer in ("input", "mid2", "final")
          if not (METHODS[m].input_only and layer != "input")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def process_group():
+def process_group(free_port):
     """A one-process gloo group, so that DistributedDataParallel can wrap a CPU model inside the test process."""
     if dist.is_initialized():
         yield
         return
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 

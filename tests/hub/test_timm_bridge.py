@@ -23,6 +23,7 @@ FAMILY_CASES = {
     ("convnext", True): ("bcos_convnext_atto", {}, 32),
     ("vit", True): ("bcos_simple_vit_ti_patch16_224", {"image_size": 32, "depth": 1}, 32),
     ("vit", False): ("simple_vit_ti_patch16_224", {"image_size": 32, "depth": 1}, 32),
+    ("bcosified", True): ("bcosified_resnet18", {"inplanes": 8, "layers": [1, 1, 1, 1]}, 32),
     ("holistic_vit", True): ("bcos_holistic_vit_ti", {"image_size": 32, "depth": 1}, 32),
 }
 

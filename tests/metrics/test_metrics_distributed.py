@@ -2,13 +2,8 @@
 the single-process value. Rank 0 runs in the test process and rank 1 in a spawned one, so that only one extra
 interpreter has to import torch."""
 
-import datetime
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from rightreasons.metrics import EnergyPointingGame, GroupAccuracy, IoU, MultiLabelClassification
 
@@ -39,35 +34,15 @@ def evaluate(rows):
     return {name: m.compute() for name, m in metrics.items()}
 
 
-def worker(rank, port, out_dir):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=90))
-    try:
-        rows = slice(0, SPLIT) if rank == 0 else slice(SPLIT, None)
-        torch.save(evaluate(rows), f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def worker(rank):
+    return evaluate(slice(0, SPLIT) if rank == 0 else slice(SPLIT, None))
 
 
 @pytest.mark.timeout(120)
-def test_two_process_sync_equals_single_process(tmp_path):
-    port = free_port()
-    other = mp.get_context("spawn").Process(target=worker, args=(1, port, str(tmp_path)))
-    other.start()
-    try:
-        worker(0, port, str(tmp_path))
-    finally:
-        other.join(timeout=90)
-    assert other.exitcode == 0
+def test_two_process_sync_equals_single_process(gloo_processes):
+    distributed = gloo_processes(worker)
     expected = evaluate(slice(None))
-    for rank in (0, 1):
-        got = torch.load(tmp_path / f"rank{rank}.pt")
+    for got in distributed:
         torch.testing.assert_close(got["epg"], expected["epg"])
         torch.testing.assert_close(got["iou"], expected["iou"])
         for key, value in expected["acc"].items():

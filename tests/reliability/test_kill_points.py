@@ -55,7 +55,7 @@ def runner():
     r.close()
 
 
-def _train_config(out: Path, keep_last: int) -> dict:
+def _train_config(out: Path, keep_last: int, **guidance) -> dict:
     """A guided run of 2 epochs × 3 steps: checkpoints inside an epoch (every 2 steps), at its end and at the end of
     the run, validation with localisation (so the Pareto front and the best model are kept too)."""
     return {"output_dir": str(out), "seed": 0, "cpu": True, "log_every": 1,
@@ -63,7 +63,7 @@ def _train_config(out: Path, keep_last: int) -> dict:
             "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
                      "annotated_fraction": 0.5, "options": {"n": 12, "size": 32}},
             "optim": {"name": "adam", "lr": 1e-3, "epochs": 2},
-            "guidance": {"enabled": True, "weight": 1.0},
+            "guidance": {"enabled": True, "weight": 1.0, **guidance},
             "eval": {"num_images": 0},
             "checkpoint": {"keep_last": keep_last, "every_steps": 2}}
 
@@ -125,6 +125,19 @@ def test_guide_survives_a_kill_at_every_boundary(runner, tmp_path, keep_last):
     checked = _kill_everywhere(runner, tmp_path, "train", lambda out: _train_config(out, keep_last), _outcome,
                                job=lambda out: {})
     assert checked >= 10
+
+
+def test_batches_with_k_annotated_images_resume_mid_epoch_to_the_same_result(runner, tmp_path):
+    """``guidance.annotated_per_batch``: killed right after the first (mid-epoch) checkpoint, the resumed run draws the
+    same composed batches as the uninterrupted one."""
+    def config(out: Path) -> dict:
+        return _train_config(out, 1, annotated_per_batch=1)
+
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    assert runner("train", config(reference)) == 0
+    assert runner("train", config(killed), env={KILL_VARIABLE: "checkpoint: renamed into place:1"}) == -9
+    assert runner("train", config(killed), resume=True) == 0
+    assert _outcome(killed) == _outcome(reference)
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "| section | ours (s) | reference (s) | ratio | target | pass/fail |" in result.stdout
     sections = [row["section"] for row in json.loads(out.read_text())["results"]]
-    assert {"bcos-forward-backward", "explain-batched", "e2kd-frozen-step", "e2kd-cache-loader"} <= set(sections)
+    assert {"bcos-forward-backward", "explain-batched", "e2kd-frozen-step", "e2kd-cache-loader",
+            "bcosify-speedup", "sync-bn-step"} <= set(sections)
     for name in sections:
         assert f"| {name} |" in result.stdout

@@ -4,10 +4,6 @@ steps, a stale cache refused at start, limited data, the shift analysis and the 
 
 import json
 import math
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,12 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "distill" / "synthetic.yaml"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def finite_rates(metrics, keys):
     for key in keys:
         assert math.isfinite(metrics[key]) and 0.0 <= metrics[key] <= 1.0, (key, metrics[key])
@@ -49,13 +39,8 @@ def teacher_file(tmp_path_factory):
 
 
 @pytest.mark.timeout(240)
-def test_two_process_live_e2kd_run_on_cpu(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(free_port()), "-m", "rightreasons", "distill", "--config", str(CONFIG),
-               f"output_dir={tmp_path}"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=220)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_two_process_live_e2kd_run_on_cpu(tmp_path, launch):
+    result, = launch(["distill", "--config", str(CONFIG), f"output_dir={tmp_path}"], processes=2, timeout=220)
     printed = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"best"')]
     assert len(printed) == 1                                  # the main process reports
     checkpoint = tmp_path / "checkpoints" / "step-000004"

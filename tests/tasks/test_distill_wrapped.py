@@ -1,14 +1,12 @@
 """GradCAM e²KD between standard models through wrappers: the student's explanation layer is found on the wrapped
 model (it used to fail with ``unknown layer 'module.layer4'``), the loss and its gradients equal the bare student's,
-and a real two-process ``torchrun`` distillation on CPU runs to the end."""
+and a real two-process ``torchrun`` distillation on CPU runs to the end, live and from cached (frozen) teacher
+explanations, with the student's BatchNorm synchronised (``model.sync_bn``)."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
+import math
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,9 @@ import yaml
 from torch import nn
 
 import rightreasons
+from rightreasons.config import from_dict
 from rightreasons.distill import DistillObjective, teacher_outputs
+from rightreasons.tasks import DistillConfig, write_teacher_cache
 
 
 def _pair() -> tuple[nn.Module, nn.Module]:
@@ -45,9 +45,10 @@ def test_gradcam_e2kd_through_data_parallel_equals_the_bare_student():
 
 
 @pytest.mark.slow
-def test_gradcam_e2kd_between_standard_models_under_torchrun_on_two_processes(tmp_path: Path):
+@pytest.mark.parametrize("frozen", [False, True], ids=["live", "frozen"])
+def test_gradcam_e2kd_between_standard_models_under_torchrun_on_two_processes(tmp_path: Path, launch, frozen):
     config = {
-        "output_dir": str(tmp_path / "run"), "cpu": True, "log_every": 1, "seed": 1,  # the teacher is built from seed 0
+        "output_dir": str(tmp_path / "run"), "log_every": 1, "seed": 1,  # the teacher is built from seed 0
         "model": {"name": "resnet18"},
         "teacher": {"name": "resnet18", "kwargs": {"num_classes": 2}},
         "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
@@ -56,21 +57,18 @@ def test_gradcam_e2kd_between_standard_models_under_torchrun_on_two_processes(tm
         "eval": {"num_images": 0},
         "distill": {"explanation": "gradcam", "explanation_weight": 5.0},
     }
+    if frozen:
+        config["distill"]["frozen"] = str(tmp_path / "cache")
+        write_teacher_cache(from_dict(DistillConfig, config), tmp_path / "cache")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    done = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
-                           "-m", "rightreasons", "distill", "--config", str(path)],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    launch(["distill", "--config", str(path)], processes=2)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["steps"] == 4  # one epoch: 16 images, global batch 4 split over the two processes
     record = summary["history"][-1]
     assert 0 <= record["agreement"] <= 1 and -1 <= record["explanation_similarity"] <= 1
     losses = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in losses if r["split"] == "train"]
-    assert len(train) == 4 and all(r["explanation"] > 0 for r in train)
+    # GradCAM at layer4 of a 32-px ResNet-18 is one value per map: a step's loss may be exactly 0 (equal maps)
+    assert len(train) == 4 and all(math.isfinite(r["explanation"]) for r in train)
+    assert any(r["explanation"] > 0.1 for r in train)

@@ -1,6 +1,6 @@
 """Check an MS COCO 2014 download for ``rightreasons.data.load_dataset("coco2014", ROOT, split)``.
 
-    rightreasons prepare coco ROOT [--checksums FILE] [--allow-partial]
+    rightreasons prepare coco2014 --root ROOT [--checksums FILE] [--allow-partial]
 
 ROOT holds ``annotations/instances_{train,val}2014.json`` and the image folders ``train2014/``, ``val2014/``.
 Checks that both annotation files parse (through pycocotools), that every image they list exists, the official

@@ -1,6 +1,6 @@
 """Check a PASCAL VOC 2007 download for ``rightreasons.data.load_dataset("voc2007", ROOT, split)``.
 
-    rightreasons prepare voc ROOT [--tars DIR] [--allow-partial]
+    rightreasons prepare voc2007 --root ROOT [--tars DIR] [--allow-partial]
 
 ROOT is ``VOCdevkit/VOC2007`` (or a directory containing ``VOCdevkit/VOC2007`` or ``VOC2007``). Checks the layout,
 that every id of ``ImageSets/Main/{train,val,trainval,test}.txt`` has its JPEG and a parseable annotation, the

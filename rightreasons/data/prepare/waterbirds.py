@@ -1,14 +1,14 @@
 """Check a Waterbirds-100 download and build its bird box file for ``load_dataset("waterbirds100", ROOT, split)``.
 
-    rightreasons prepare waterbirds ROOT [--segmentations DIR] [--threshold 0.5] [--box-file boxes.csv]
+    rightreasons prepare waterbirds100 --root ROOT [--segmentations DIR] [--threshold 0.5] [--box-file boxes.csv]
 
 ROOT holds ``metadata.csv`` and the images (``waterbird_1.0_forest2water2``). Checks that the metadata parses, that
 every image exists, and prints the images per split and group (the training split of Waterbirds-100 has only G1
-and G4). With ``--segmentations DIR`` (CUB-200-2011's ``segmentations/``, one ``<img_filename>.png`` per image, the
-bird mask the dataset was composed with) it writes the box file ``ROOT/boxes.csv``: the tight box of the mask
-pixels above ``threshold`` × 255, scaled to the image size when the mask differs in size (format documented in
-:mod:`rightreasons.data.waterbirds`). Without it, it checks that the box file covers every image. Prints exactly
-what is missing; exit code 1 if anything is.
+and G4). With ``--segmentations DIR`` (CUB-200-2011's ``segmentations/``, unpacked from ``segmentations.tgz``:
+one ``<img_filename>.png`` per image, the bird mask the dataset was composed with) it writes the box file
+``ROOT/boxes.csv``: the tight box of the mask pixels above ``threshold`` × 255, scaled to the image size when the
+mask differs in size (format documented in :mod:`rightreasons.data.waterbirds`). Without it, it checks that the box
+file covers every image. Prints exactly what is missing; exit code 1 if anything is.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def check(root: Path, segmentations: Path | None = None, threshold: float = 0.5,
     if segmentations is not None:
         write_boxes(root, [n for n in names if (root / n).is_file()], segmentations, threshold, box_path, report)
     elif not box_path.is_file():
-        report.problem(f"box file missing; build it with --segmentations CUB_200_2011/segmentations", [str(box_path)])
+        report.problem("box file missing; build it from the CUB-200-2011 bird masks with --segmentations "
+                       "DIR/segmentations (segmentations.tgz unpacked)", [str(box_path)])
         return report
     try:
         boxes = read_box_file(box_path)

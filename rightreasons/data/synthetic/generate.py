@@ -12,9 +12,10 @@ B-cos CNN trained from scratch, 2,000 images) a colour-coded background defeated
 put over 95 % of their positive evidence in the box yet still classified by the background through negative
 evidence, which the Energy loss does not constrain (worst-group accuracy 0 %); with the texture-coded background the
 baseline still fails (worst group 0–2 %) while Energy guidance on 10 % of the boxes made the predictions
-background-independent (worst group about 50–70 %). In ``train`` and ``val`` the background matches the class in a
-fraction ``correlation`` of the images of each class (1.0 = Waterbirds-100: only groups G1 and G4); ``test`` is
-balanced (each group a quarter). Groups: ``group = 2·y + place``, i.e. 0 = G1 landbird/land, 1 = G2 landbird/water,
+background-independent (worst group about 50–70 %). In ``train`` the background matches the class in a fraction
+``correlation`` of the images of each class (1.0 = Waterbirds-100: only groups G1 and G4); ``val`` and ``test`` are
+group-balanced (each group a quarter), so that checkpoints and settings
+can be chosen on ``val`` by worst-group accuracy and ``test`` is only reported. Groups: ``group = 2·y + place``, i.e. 0 = G1 landbird/land, 1 = G2 landbird/water,
 2 = G3 waterbird/land, 3 = G4 waterbird/water.
 
 **Multi-label** (``synthetic-multilabel``; VOC-like, classes :data:`SHAPES`, contexts :data:`CONTEXTS`). One to
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...errors import UsageError
 from ..base import Records
 from .draw import (EXTENT, SHAPES, backgrounds, composite, draw_objects, finish, object_colours, place_quadrants,
                    tight_boxes, uniform)
@@ -193,10 +195,10 @@ def _generate(task: str, split: str, n: int | None, config: SyntheticConfig) -> 
     if task not in TASKS:
         raise ValueError(f"unknown synthetic task {task!r}; expected birds or multilabel")
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        raise UsageError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     n = config.sizes.get(split, DEFAULT_SIZES[split]) if n is None else n
     task_id, split_id = (0 if task == "birds" else 1), SPLITS.index(split)
-    balanced = task == "birds" and split == "test"
+    balanced = task == "birds" and split in ("val", "test")
     correlation = 0.5 if balanced else config.correlation_for(task)
     size, d = config.size, config.difficulty
     images, masks, ids, labels, boxes, box_labels, groups = [], [], [], [], [], [], []

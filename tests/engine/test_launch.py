@@ -1,0 +1,123 @@
+"""Launches that cannot collide (``rightreasons.engine.launch``): a second run into an output directory that a running
+run writes is refused with a clear error, the lock of a killed run does not block its ``--resume``, and a
+multi-process launch on a machine without CUDA uses the CPU by itself (the equality runs of ``test_distributed.py``
+show that such a launch trains once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rightreasons.cli import main
+from rightreasons.engine.launch import LOCK_FILE, OutputLock, use_cpu
+from rightreasons.engine.trainer import EXIT_PREEMPTED
+from rightreasons.errors import TrainingError
+
+CONFIG = """
+cpu: true
+log_every: 1
+model: {name: bcos_cifar10_resnet20}
+data: {name: synthetic-birds, image_size: 32, batch_size: 8, options: {n: 16, seed: 1}}
+optim: {epochs: 1000}
+eval: {num_images: 0}
+"""
+
+
+def _holder(lock: Path) -> dict | None:
+    try:
+        return json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_second_run_into_the_output_directory_of_a_running_one_is_refused(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    args = ["train", "--config", str(tmp_path / "config.yaml"), f"output_dir={tmp_path / 'run'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "rightreasons", *args], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while (_holder(tmp_path / "run" / LOCK_FILE) or {}).get("pid") != first.pid:
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not start"
+            time.sleep(0.2)
+        assert main(args) == 2
+        error = capsys.readouterr().err
+        assert f"error: output directory {tmp_path / 'run'} is in use by another run (process {first.pid} on host" \
+               in error and "choose another output_dir" in error
+        assert first.poll() is None  # the first run goes on
+        log = tmp_path / "run" / "metrics.jsonl"
+        while not (log.is_file() and log.stat().st_size):  # training: SIGTERM now means pre-emption
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not train"
+            time.sleep(0.2)
+    finally:
+        first.send_signal(signal.SIGTERM)  # pre-empted: checkpoint, then exit 75
+        _, stderr = first.communicate(timeout=120)
+    assert first.returncode == EXIT_PREEMPTED, stderr[-2000:]
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+OTHER_PROCESS = """
+import sys
+from rightreasons.engine.launch import OutputLock
+from rightreasons.errors import TrainingError
+lock = OutputLock(sys.argv[1])
+for line in sys.stdin:
+    try:
+        lock.acquire()
+        print("locked", flush=True)
+    except TrainingError as e:
+        print(e, flush=True)
+"""
+
+
+def test_the_lock_is_exclusive_between_processes_reentrant_within_one_and_dies_with_its_process(tmp_path):
+    """Another process is refused while this one holds the lock (twice: re-entrant), then takes it; this process is
+    then refused by name; once the other is killed with SIGKILL, its stale lock file blocks nothing."""
+    other = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, str(tmp_path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+
+    def other_tries() -> str:
+        other.stdin.write("acquire\n")
+        other.stdin.flush()
+        return other.stdout.readline().strip()
+
+    try:
+        first, again = OutputLock(tmp_path), OutputLock(tmp_path)
+        first.acquire()
+        again.acquire()  # a run restarted in this process (e.g. after an exception) takes it again
+        assert f"is in use by another run (process {os.getpid()} on host" in other_tries()
+        first.release()
+        assert "is in use by another run" in other_tries()  # still held by `again`
+        again.release()
+        assert other_tries() == "locked"
+        with pytest.raises(TrainingError, match=rf"output directory {tmp_path} is in use by another run \(process "
+                                                rf"{other.pid} on host .*\); two runs writing one directory would "
+                                                r"corrupt its checkpoints: wait for that run to end"):
+            OutputLock(tmp_path).acquire()
+    finally:
+        other.kill()
+        other.wait()
+    assert _holder(tmp_path / LOCK_FILE)["pid"] == other.pid  # the killed run's name is still in the file
+    lock = OutputLock(tmp_path)
+    lock.acquire()
+    assert _holder(tmp_path / LOCK_FILE)["pid"] == os.getpid()
+    lock.release()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the rule is about machines without CUDA")
+def test_a_multi_process_launch_without_cuda_uses_the_cpu(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert use_cpu(False) is False and use_cpu(True) is True  # one process: accelerate's own choice
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert use_cpu(False) is True

@@ -1,0 +1,86 @@
+"""The guidance study end to end on a tiny grid: every cell trained, chosen on validation, scored on test; the
+tables and the figure written; an interrupted study resumes without retraining what is done; the CLI runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import rightreasons.experiments.guidance_study as study_module
+from rightreasons.cli import main
+from rightreasons.config import from_dict
+from rightreasons.errors import ConfigError
+from rightreasons.experiments import GuidanceRecipe, GuidanceStudy, run_study
+
+TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_epochs": 1, "guided_epochs": 1,
+                   "train_images": 24, "test_images": 16, "min_annotated_per_batch": 2},
+        "seeds": 1, "correlation": [1.0], "difficulty": [0.5], "image_size": [32],
+        "annotated_fraction": [0.125, 1.0], "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}]}
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("study")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        results = run_study(from_dict(GuidanceStudy, TINY), out)
+    finally:
+        torch.set_num_threads(threads)
+    return out, results
+
+
+def test_every_cell_is_trained_selected_on_validation_and_scored_on_test(tiny_study):
+    out, results = tiny_study
+    assert [(r["method"], r["fraction"]) for r in results["records"]] == [("baseline", None), ("energy", 0.125),
+                                                                          ("energy", 1.0)]
+    folder = out / "corr1-diff0.5-data0-32px" / "seed-0"
+    for run in ("baseline", "energy-boxes0.125", "energy-boxes1"):
+        summary = json.loads((folder / run / "summary.json").read_text())
+        assert summary["config"]["eval"]["select"] == "worst_group_accuracy"
+        assert summary["config"]["checkpoint"]["export"] == "best"
+        assert summary["config"]["data"]["val_split"] == "val" and summary["best"]["metric"] == "worst_group_accuracy"
+        test = json.loads((folder / run / "test.json").read_text())
+        assert set(test) >= {"accuracy", "worst_group_accuracy", "epg", "iou", "accuracy/G2 landbird/water"}
+    few = json.loads((folder / "energy-boxes0.125" / "summary.json").read_text())["config"]
+    assert few["guidance"]["annotated_per_batch"] == 2  # 12.5 % of a batch of 8 is one image on average
+    assert few["model"]["checkpoint"] == str(folder / "baseline" / "model.safetensors")
+    full = json.loads((folder / "energy-boxes1" / "summary.json").read_text())["config"]
+    assert full["guidance"]["annotated_per_batch"] == 0
+
+
+def test_tables_report_mean_std_and_the_paired_gain(tiny_study):
+    out, results = tiny_study
+    rows = {(r["method"], r["fraction"]): r for r in results["rows"]}
+    baseline = results["records"][0]["worst_group_accuracy"]
+    guided = results["records"][1]["worst_group_accuracy"]
+    assert rows[("energy", 0.125)]["gain"]["mean"] == pytest.approx(guided - baseline)
+    assert rows[("baseline", None)]["worst_group_accuracy"]["std"] is None  # one seed
+    table = (out / "study.md").read_text()
+    assert "| energy | 12.5 % |" in table and "validation" in table
+    assert (out / "study.png").stat().st_size > 0
+    assert (out / "study.csv").read_text().splitlines()[0].startswith("correlation,difficulty,data_seed,image_size,"
+                                                                      "seed,method,fraction")
+
+
+def test_an_interrupted_study_resumes_without_retraining(tiny_study, monkeypatch):
+    out, results = tiny_study
+    monkeypatch.setattr(study_module, "run_training", lambda run: pytest.fail(f"retrained {run.output_dir}"))
+    (out / "corr1-diff0.5-data0-32px" / "seed-0" / "energy-boxes1" / "test.json").unlink()  # scored again, not trained
+    again = run_study(from_dict(GuidanceStudy, TINY), out)
+    assert again["records"] == results["records"]
+
+
+def test_the_cli_runs_a_study_file_and_refuses_bad_ones(tmp_path, capsys):
+    grid = tmp_path / "study.yaml"
+    grid.write_text(json.dumps(TINY))
+    assert main(["study", "guidance", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("3 trainings: 1 data variant(s) × 1 seed(s)")  # 1 × 1 × (1 + 2 × 1)
+    grid.write_text(json.dumps({**TINY, "annotated_fraction": [0.0]}))
+    assert main(["study", "guidance", str(grid), "--out", str(tmp_path / "out")]) == 2
+    assert "annotated_fraction" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="min_annotated_per_batch"):
+        from_dict(GuidanceRecipe, {"batch_size": 8, "min_annotated_per_batch": 8})
