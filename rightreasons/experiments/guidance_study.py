@@ -196,7 +196,7 @@ class GuidanceStudy:
 
 def _cached(run_dir: Path, train: Callable[[], Path], score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
     """The test metrics of the run in ``run_dir``: read from ``test.json``, or trained (unless ``summary.json``
-    says it is done) and scored, then written there."""
+    says it is done; an interrupted training resumes from its newest checkpoint) and scored, then written there."""
     result = run_dir / "test.json"
     if result.is_file():
         return json.loads(result.read_text())
@@ -222,8 +222,8 @@ def run_study(study: GuidanceStudy, out: str | Path, log: Callable[[str], None] 
         for seed in range(study.seeds):
             folder = out / variant.label / f"seed-{seed}"
             baseline_dir = folder / "baseline"
-            metrics = _cached(baseline_dir, lambda: Path(run_training(recipe.run(variant, seed, baseline_dir))
-                                                         ["model_file"]), score)
+            metrics = _cached(baseline_dir, lambda: Path(run_training(recipe.run(variant, seed, baseline_dir),
+                                                                      resume=True)["model_file"]), score)
             records.append({**asdict(variant), "seed": seed, "method": "baseline", "fraction": None, **metrics})
             done += 1
             log(f"[{done}/{total}] {variant.label} seed {seed} baseline: worst group "
@@ -232,7 +232,7 @@ def run_study(study: GuidanceStudy, out: str | Path, log: Callable[[str], None] 
                 for method in study.methods:
                     run_dir = folder / f"{method.name}-boxes{fraction:g}"
                     metrics = _cached(run_dir, lambda: Path(run_training(recipe.run(
-                        variant, seed, run_dir, method, fraction, baseline_dir / "model.safetensors"))
+                        variant, seed, run_dir, method, fraction, baseline_dir / "model.safetensors"), resume=True)
                         ["model_file"]), score)
                     records.append({**asdict(variant), "seed": seed, "method": method.name, "fraction": fraction,
                                     **metrics})

@@ -72,7 +72,8 @@ class TrainingRun:
         return from_dict(TrainConfig, merge_nested(raw, self.overrides))
 
 
-def run_training(run_: TrainingRun) -> dict[str, Any]:
-    """Train as ``run_`` says; returns the run's summary with ``model_file`` added."""
-    summary = run(run_.config())
+def run_training(run_: TrainingRun, resume: bool = False) -> dict[str, Any]:
+    """Train as ``run_`` says; returns the run's summary with ``model_file`` added. ``resume=True`` continues an
+    interrupted run in ``output_dir`` from its newest complete checkpoint (and starts afresh when it has none)."""
+    summary = run(run_.config(), resume)
     return {**summary, "model_file": str(Path(run_.output_dir) / "model.safetensors")}

@@ -69,6 +69,13 @@ def test_wrong_type_names_the_key(config_file):
         load_config(TrainConfig, config_file, ["guidance.loss=energie"])
 
 
+def test_sync_bn_is_on_by_default_and_must_be_true_or_false(config_file):
+    assert load_config(TrainConfig, config_file).model.sync_bn is True
+    assert load_config(TrainConfig, config_file, ["model.sync_bn=false"]).model.sync_bn is False
+    with pytest.raises(ConfigError, match=r"model\.sync_bn: expected true or false, got 'maybe'"):
+        load_config(TrainConfig, config_file, ["model.sync_bn=maybe"])
+
+
 def test_overrides_are_parsed_as_yaml_scalars(config_file):
     config = load_config(TrainConfig, config_file, ["optim.lr=1e-4", "guidance.enabled=true", "max_steps=7"])
     assert config.optim.lr == 1e-4 and config.guidance.enabled is True and config.max_steps == 7

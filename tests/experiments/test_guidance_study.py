@@ -21,16 +21,20 @@ TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_e
         "annotated_fraction": [0.125, 1.0], "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}]}
 
 
-@pytest.fixture(scope="module")
-def tiny_study(tmp_path_factory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("study")
+def run_tiny_study(out: Path) -> dict:
+    """The tiny study into ``out`` on one thread (results depend on the thread count)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        results = run_study(from_dict(GuidanceStudy, TINY), out)
+        return run_study(from_dict(GuidanceStudy, TINY), out)
     finally:
         torch.set_num_threads(threads)
-    return out, results
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("study")
+    return out, run_tiny_study(out)
 
 
 def test_every_cell_is_trained_selected_on_validation_and_scored_on_test(tiny_study):
@@ -68,9 +72,22 @@ def test_tables_report_mean_std_and_the_paired_gain(tiny_study):
 
 def test_an_interrupted_study_resumes_without_retraining(tiny_study, monkeypatch):
     out, results = tiny_study
-    monkeypatch.setattr(study_module, "run_training", lambda run: pytest.fail(f"retrained {run.output_dir}"))
+    monkeypatch.setattr(study_module, "run_training",
+                        lambda run, resume: pytest.fail(f"retrained {run.output_dir}"))
     (out / "corr1-diff0.5-data0-32px" / "seed-0" / "energy-boxes1" / "test.json").unlink()  # scored again, not trained
     again = run_study(from_dict(GuidanceStudy, TINY), out)
+    assert again["records"] == results["records"]
+
+
+def test_a_training_killed_before_it_finished_resumes_from_its_checkpoint(tmp_path):
+    """A study stopped inside a training leaves checkpoints but no model file: the next start continues that
+    training (it used to stop with 'already holds checkpoints; pass --resume') and scores the same weights."""
+    results = run_tiny_study(tmp_path / "study")
+    run = tmp_path / "study" / "corr1-diff0.5-data0-32px" / "seed-0" / "energy-boxes0.125"
+    for name in ("summary.json", "model.safetensors", "test.json"):
+        (run / name).unlink()
+    assert any((run / "checkpoints").iterdir())
+    again = run_tiny_study(tmp_path / "study")
     assert again["records"] == results["records"]
 
 

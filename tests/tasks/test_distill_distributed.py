@@ -86,10 +86,10 @@ def test_nodes_without_a_shared_directory_refuse_to_write_a_cache(frozen_runs, l
     disks = [frozen_runs / f"disk-of-node-{node}" for node in (0, 1)]
     results = launch(["cache", "--config", str(frozen_runs / "config.yaml")], nodes=2,
                      node_args=[["--out", str(disk / "cache")] for disk in disks], check=False)
-    for result in results:
+    for disk, result in zip(disks, results):
         assert result.returncode != 0
-        assert "error: " in result.stderr and "is not one directory for all 2 processes: process(es) [1] do not " \
-            "see the file process 0 wrote there" in result.stderr and "filesystem they share" in result.stderr
+        assert f"rightreasons cache: error: {disk / 'cache'} is not one directory for all 2 processes: process(es) " \
+            "[1] do not see the file process 0 wrote there" in result.stderr and "filesystem they share" in result.stderr
     assert not list(disks[0].rglob("shard-*")) and not list(disks[1].rglob("shard-*"))
 
 
