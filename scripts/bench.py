@@ -314,28 +314,33 @@ def e2kd_frozen_step(settings: Settings) -> list[Row]:
                 "reference = the whole frozen step; ratio = loader share of the step")]
 
 
-def _bcosify_runs(settings: Settings, folder: Path) -> tuple[dict[str, object], dict[str, int]]:
-    """The two trainings the speed-up section races (a B-cosified standard ResNet-18 fine-tuned with the
-    B-cosification recipe, and a B-cos ResNet-18 from scratch with the B-cos recipe), after training and converting
-    the standard model (untimed); returns their configs and epochs."""
-    from rightreasons.experiments import TrainingRun, run_training
+def _bcosify_runs(settings: Settings, folder: Path) -> tuple[dict[str, object], dict[str, int], str]:
+    """The two trainings the speed-up section races — a B-cosified standard ResNet-18 fine-tuned with the
+    B-cosification recipe and a B-cos ResNet-18 from scratch with the B-cos recipe — in the setting of
+    ``scripts/bcosify_study.py`` (its seed 0; ``--quick``: its smoke sizes), after training and converting the
+    standard model (untimed); returns their configs, their epochs and a description of the setting."""
+    import dataclasses
 
-    images, batch, (standard, finetune, scratch) = (32, 8, (1, 1, 2)) if settings.quick else (1000, 64, (8, 6, 12))
-    data = {"max_objects": 1, "difficulty": 0.0, "seed": 0, "size": 32, "n": images}
+    import bcosify_study as study  # scripts/ is on sys.path when this script runs
+    from rightreasons.experiments import run_training
 
-    def run(name: str, model: str, epochs: int, **extra: object) -> TrainingRun:
-        optim = {"name": "adamw" if model.startswith("bcosified_") else "adam"}
-        loss = {} if model == "resnet18" else {"uniform_off_labels": True}
-        return TrainingRun(output_dir=str(folder / name), model=model, model_kwargs={"inplanes": 8},
-                           data="synthetic-multilabel", data_options=data, image_size=32, batch_size=batch,
-                           crop_scale=[1.0, 1.0], epochs=epochs, lr=1e-3,
-                           overrides={"optim": optim, "loss": loss, "cpu": settings.device.type == "cpu"}, **extra)
+    s = study.Settings.quick() if settings.quick else study.Settings.full()
 
-    trained = run_training(run("standard", "resnet18", standard))
-    converted = rr.save_model(rr.bcosify(rr.load_model(trained["model_file"])), folder / "bcosified.safetensors")
-    configs = {"bcosified": run("bcosified", "bcosified_resnet18", finetune, checkpoint=str(converted)).config(),
-               "scratch": run("scratch", "bcos_resnet18", scratch).config()}
-    return configs, {"bcosified": finetune, "scratch": scratch}
+    def run(name: str, model: str, epochs: int, lr: float, **extra: object):
+        recipe = study.training_run(s, folder / name, 0, study.SHAPES, model, epochs, lr, **extra)
+        return dataclasses.replace(recipe, overrides={**recipe.overrides, "cpu": settings.device.type == "cpu"})
+
+    trained = run_training(run("standard", "resnet18", s.standard_epochs, 1e-3))
+    converted = study.convert(Path(trained["model_file"]), folder / "bcosified.safetensors")
+    configs = {"bcosified": run("bcosified", "bcosified_resnet18", s.finetune_epochs, s.finetune_lr,
+                                checkpoint=converted).config(),
+               "scratch": run("scratch", "bcos_resnet18", s.scratch_epochs, s.scratch_lr).config()}
+    setup = (f"ResNet-18 (width {s.width}), {study.SHAPES} (one object, 6 classes), {s.size} px, batch "
+             f"{s.batch_size}, the setting of scripts/bcosify_study.py (seed 0): a standard model trained, converted, "
+             f"then fine-tuning the B-cosified model (ours; AdamW, lr {s.finetune_lr:g}) vs a B-cos model from "
+             f"scratch (reference; Adam, lr {s.scratch_lr:g}), epochs standard / fine-tuning / from scratch "
+             f"{s.standard_epochs} / {s.finetune_epochs} / {s.scratch_epochs}, BCE with off-labels at 1/C, AGC")
+    return configs, {"bcosified": s.finetune_epochs, "scratch": s.scratch_epochs}, setup
 
 
 @section("bcosify-speedup")
@@ -349,7 +354,7 @@ def bcosify_speedup(settings: Settings) -> list[Row]:
     from rightreasons.tasks import ClassificationTask
 
     with tempfile.TemporaryDirectory() as tmp:
-        configs, epochs = _bcosify_runs(settings, Path(tmp))
+        configs, epochs, setup = _bcosify_runs(settings, Path(tmp))
         trainers = {name: Trainer(ClassificationTask(config)) for name, config in configs.items()}
         curves: dict[str, list[tuple[float, float]]] = {name: [] for name in trainers}  # (seconds so far, accuracy)
         for epoch in range(max(epochs.values())):
@@ -371,14 +376,12 @@ def bcosify_speedup(settings: Settings) -> list[Row]:
              for name, curve in curves.items()}
     speedup = reach["scratch"] / reach["bcosified"]
     epochs_to = {name: next((i + 1 for i, (_, a) in enumerate(c) if a >= target), None) for name, c in curves.items()}
+    reached = "not reached" if epochs_to["bcosified"] is None else f"reached after {epochs_to['bcosified']}"
     return [Row("bcosify-speedup", reach["bcosified"], reach["scratch"], speedup, ">= 2.0", speedup >= 2.0,
-                f"ResNet-18 (width 8), synthetic-multilabel (one object, 6 classes), 32 px, "
-                f"{len(trainers['scratch'].train_set)} training images: fine-tuning a B-cosified standard model "
-                f"(ours; {epochs['bcosified']} epochs, AdamW) vs a B-cos model from scratch (reference; "
-                f"{epochs['scratch']} epochs, Adam), lr 1e-3, BCE with off-labels at 1/C, AGC; epochs alternate; "
-                f"target = the from-scratch final validation accuracy {100 * target:.1f} %, reached after "
-                f"{epochs_to['bcosified']} / {epochs_to['scratch']} epochs; ratio = reference / ours training "
-                "seconds to reach it (the standard model's training is not counted)")]
+                f"{setup}; epochs alternate; target = the from-scratch final validation accuracy "
+                f"{100 * target:.1f} %, {reached} / {epochs_to['scratch']} epochs (B-cosified / from scratch); "
+                "ratio = reference / ours training seconds to reach it (the standard model's training is not "
+                "counted; ours = inf where the target is not reached)")]
 
 
 def _sync_bn_process(rank: int, port: int, quick: bool, results: object) -> None:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .dynamic import DynamicLinear
+from .norms import _affine  # ``g · out + b`` per channel: the norms' affine step, here a unit's gain and bias
 
 __all__ = ["BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "LogitLayer", "WEIGHT_MODES", "WeightMode",
            "default_logit_bias"]
@@ -175,29 +176,43 @@ class BcosLinear(DynamicLinear):
             f", max_out={self.max_out}" if self.max_out > 1 else "")
 
 
-def _check_weight_mode(weight_mode: str, name: str) -> None:
-    if weight_mode not in WEIGHT_MODES:
-        raise ValueError(f"{name}: unknown weight_mode {weight_mode!r}; expected one of {list(WEIGHT_MODES)}")
+class _PretrainedScale:
+    """What the units of B-cosified networks add to :class:`BcosConv2d` / :class:`BcosLinear` (a mixin before them):
+    the weight mode, an optional gain and an optional bias per output."""
+
+    linear: nn.Module
+    weight_mode: WeightMode
+    gain: nn.Parameter | None
+    bias: nn.Parameter | None
+
+    def _add_scale(self, features: int, bias: bool, weight_mode: str) -> None:
+        """After the B-cos unit's constructor: ``gain`` (ones, ``gain`` mode) and ``bias`` (zeros) of ``features``."""
+        if weight_mode not in WEIGHT_MODES:
+            raise ValueError(f"{type(self).__name__}: unknown weight_mode {weight_mode!r}; expected one of "
+                             f"{list(WEIGHT_MODES)}")
+        self.weight_mode = weight_mode
+        self.gain = nn.Parameter(torch.ones(features)) if weight_mode == "gain" else None
+        self.bias = nn.Parameter(torch.zeros(features)) if bias else None
+
+    def normalized_weight(self) -> Tensor:
+        """The weight the transform uses: ``w`` (``raw``) or ``ŵ`` (``gain``), shaped as ``linear.weight``."""
+        return self.linear.weight if self.weight_mode == "raw" else super().normalized_weight()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, weight_mode={self.weight_mode}, bias={self.bias is not None}"
 
 
-def _gain_and_bias(out: Tensor, gain: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
-    """``g · out + b`` with per-output vectors ``g``, ``b`` viewed as ``shape``; either may be absent."""
-    if gain is not None:
-        out = out * gain.view(shape)
-    if bias is not None:
-        out = out + bias.view(shape)
-    return out
-
-
-class BcosifiedConv2d(BcosConv2d):
+class BcosifiedConv2d(_PretrainedScale, BcosConv2d):
     """B-cos convolution of a B-cosified standard network: ``out = conv(x, v) · |conv(x, v) / ‖x‖|^(B-1)``, then
     ``g · out + bias`` per output channel (each term only where present).
 
     ``weight_mode="raw"`` uses the weight as it is, ``v = w`` (the B-cosification release): the output is ``‖w‖^B``
-    times that of the unit-norm :class:`BcosConv2d`, so every filter keeps the scale that the pretrained network's
-    later layers (eval-mode BatchNorm statistics) were fitted to. ``"gain"`` uses ``v = ŵ`` and a learnt gain ``g``
-    per output channel (a converter sets it to the pretrained ``‖w‖``): the same at ``B = 1``, ``‖w‖`` times smaller
-    than ``raw`` at ``B = 2``. The bias is added after the B-cos transform, so ``B = 1`` is exactly the pretrained
+    times that of the unit-norm :class:`BcosConv2d`, i.e. the pretrained pre-activation ``wᵀx`` times
+    ``(‖w‖·|cos|)^(B-1)``; the weight's norm stays a trainable part of each filter, as in the standard network.
+    ``"gain"`` uses ``v = ŵ`` and a learnt gain ``g`` per output channel (a converter sets it to the pretrained
+    ``‖w‖``): the pretrained pre-activation times ``|cos|^(B-1)`` alone, direction and scale learnt apart (as with
+    weight normalisation). Both are the pretrained layer at ``B = 1``; at ``B > 1`` ``gain`` is ``‖w‖^(B-1)`` times
+    smaller than ``raw``. The bias is added after the B-cos transform, so ``B = 1`` is exactly the pretrained
     ``conv(x, w) + bias``; a bias makes the unit affine (incomplete explanations), so B-cosified models keep it only
     for function-preserving conversions and bias-decay schedules.
 
@@ -214,25 +229,15 @@ class BcosifiedConv2d(BcosConv2d):
                  stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
                  dilation: int | tuple[int, int] = 1, groups: int = 1, b: float = 2, max_out: int = 1,
                  bias: bool = False, weight_mode: WeightMode = "raw") -> None:
-        _check_weight_mode(weight_mode, "BcosifiedConv2d")
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, b, max_out)
-        self.weight_mode = weight_mode
-        self.gain = nn.Parameter(torch.ones(out_channels)) if weight_mode == "gain" else None
-        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
-
-    def normalized_weight(self) -> Tensor:
-        """The weight the transform uses: ``w`` (``raw``) or ``ŵ`` (``gain``). ``[out·max_out, in/groups, kh, kw]``."""
-        return self.linear.weight if self.weight_mode == "raw" else super().normalized_weight()
+        self._add_scale(out_channels, bias, weight_mode)
 
     def forward(self, x: Tensor) -> Tensor:
         """``[N, C_in, H, W] -> [N, C_out, H', W']``."""
-        return _gain_and_bias(super().forward(x), self.gain, self.bias, (1, -1, 1, 1))
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, weight_mode={self.weight_mode}, bias={self.bias is not None}"
+        return _affine(super().forward(x), self.gain, self.bias, (1, -1, 1, 1))
 
 
-class BcosifiedLinear(BcosLinear):
+class BcosifiedLinear(_PretrainedScale, BcosLinear):
     """B-cos linear layer of a B-cosified standard network (see :class:`BcosifiedConv2d`): ``out = v x · |v x /
     ‖x‖|^(B-1)``, then ``g · out + bias``, on the last dimension: ``[*, in_features] -> [*, out_features]``.
 
@@ -244,22 +249,12 @@ class BcosifiedLinear(BcosLinear):
 
     def __init__(self, in_features: int, out_features: int, b: float = 2, max_out: int = 1, bias: bool = False,
                  weight_mode: WeightMode = "raw") -> None:
-        _check_weight_mode(weight_mode, "BcosifiedLinear")
         super().__init__(in_features, out_features, b, max_out)
-        self.weight_mode = weight_mode
-        self.gain = nn.Parameter(torch.ones(out_features)) if weight_mode == "gain" else None
-        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
-
-    def normalized_weight(self) -> Tensor:
-        """The weight the transform uses: ``w`` (``raw``) or ``ŵ`` (``gain``). ``[out·max_out, in]``."""
-        return self.linear.weight if self.weight_mode == "raw" else super().normalized_weight()
+        self._add_scale(out_features, bias, weight_mode)
 
     def forward(self, x: Tensor) -> Tensor:
         """``[*, in_features] -> [*, out_features]``."""
-        return _gain_and_bias(super().forward(x), self.gain, self.bias, (-1,))
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, weight_mode={self.weight_mode}, bias={self.bias is not None}"
+        return _affine(super().forward(x), self.gain, self.bias, (-1,))
 
 
 def default_logit_bias(num_classes: int) -> float:

@@ -11,9 +11,9 @@ gradients, ``explain``, ``attribute``, guidance and e²KD work on it unchanged.
   complete (the release instead normalises the six channels, which leaves a constant offset outside them);
 * **convs and linears** → :class:`~rightreasons.bcos.layers.BcosifiedConv2d` / ``BcosifiedLinear`` with exponent
   ``b`` and the pretrained weights, no MaxOut. ``weight_mode="raw"`` (default) uses the weights as they are, as the
-  B-cosification release does, so that every filter keeps the scale the pretrained BatchNorm statistics were fitted
-  to (the output is ``‖w‖^B`` times the unit-norm B-cos output). ``"gain"`` normalises them
-  and learns a per-channel gain initialised to the pretrained ``‖w‖`` (exact at B = 1, ``‖w‖`` times smaller at B = 2);
+  B-cosification release does (the recipe whose speed-ups were measured; the output is ``‖w‖^B`` times the unit-norm
+  B-cos output). ``"gain"`` normalises them and learns a per-channel gain initialised to the pretrained ``‖w‖``
+  (exact at B = 1, ``‖w‖^(B − 1)`` times smaller than ``raw`` above);
 * **norms** — BatchNorm → uncentred BatchNorm (running variance and γ kept, the running mean folded into the bias
   ``β − γ·μ/σ``), LayerNorm and GroupNorm stay centred; **biases** are removed (``keep_bias=False``, the recipe) or
   kept (``keep_bias=True``; :func:`decay_biases` / :func:`remove_biases` implement a bias-decay schedule);

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import rightreasons as rr
-from rightreasons.bcos import BcosConv2d, BcosLinear, DynamicLinear, LogitLayer, default_logit_bias, explanation_mode
+from rightreasons.bcos import (BcosConv2d, BcosifiedConv2d, BcosifiedLinear, BcosLinear, DynamicLinear, LogitLayer,
+                               default_logit_bias, explanation_mode)
 
 pytestmark = pytest.mark.filterwarnings("ignore:dilation > 1 is much slower")  # the reference package's warning
 
@@ -150,6 +151,66 @@ def test_forward_is_bit_identical_in_explanation_mode(layer):
         inside = layer(x)
     assert torch.equal(outside, inside)
     assert not layer.explaining, "explanation_mode restores the previous state on exit"
+
+
+# ------------------------------------------------------------------------------- units of B-cosified networks
+
+def _bcosified_pair(mode: str, b: float) -> tuple[BcosifiedConv2d, BcosifiedLinear]:
+    """A B-cosified conv and linear unit (float64) with weights of norm far from 1, a bias and, in ``gain`` mode, the
+    gain a converter sets: the pretrained ``‖w‖``."""
+    units = (BcosifiedConv2d(4, 6, 3, padding=1, b=b, bias=True, weight_mode=mode).double(),
+             BcosifiedLinear(5, 3, b=b, bias=True, weight_mode=mode).double())
+    with torch.no_grad():
+        for unit in units:
+            unit.linear.weight.mul_(3.0)
+            unit.bias.normal_()
+            if unit.gain is not None:
+                unit.gain.copy_(unit.linear.weight.flatten(1).norm(dim=1))
+    return units
+
+
+@pytest.mark.parametrize("b", [1, 2, 2.5])
+@pytest.mark.parametrize("mode", ["raw", "gain"])
+def test_bcosified_units_scale_the_pretrained_preactivation(mode, b):
+    """``raw``: ``wᵀx · (‖w‖·|cos|)^(B-1) + bias``; ``gain`` (g = ‖w‖): ``wᵀx · |cos|^(B-1) + bias``; at B = 1 both
+    are the pretrained layer ``wᵀx + bias`` (the release's numerics: patch norms with ``+1e-6`` / ``+1e-12``)."""
+    conv, linear = _bcosified_pair(mode, b)
+    x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
+    patches = F.unfold(x, 3, padding=1)  # [N, 4*3*3, 36]
+    z = torch.randn(2, 5, dtype=torch.float64)
+    cases = [(conv, conv(x).flatten(2), torch.einsum("of,nfl->nol", conv.linear.weight.flatten(1), patches),
+              (patches.square().sum(1, keepdim=True) + 1e-6).sqrt(), conv.bias[:, None]),
+             (linear, linear(z), z @ linear.linear.weight.T, z.norm(dim=1, keepdim=True) + 1e-12, linear.bias)]
+    for unit, out, pre, norm, bias in cases:
+        w_norm = unit.linear.weight.flatten(1).norm(dim=1)
+        w_norm = w_norm[:, None] if pre.dim() == 3 else w_norm
+        cos_times = pre if mode == "raw" else pre / w_norm  # ‖w‖·cos·‖x‖ (raw) or cos·‖x‖ (gain)
+        expected = pre if b == 1 else pre * _scale(cos_times, norm, b)
+        torch.testing.assert_close(out, expected + bias, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["raw", "gain"])
+def test_bcosified_linear_explanation_is_the_dynamic_weight(mode):
+    """Without a bias, explaining output j gives ``(‖w_j‖·|cos_j|) w_j`` (raw) or ``g_j |cos_j| ŵ_j`` (gain), B = 2."""
+    _, layer = _bcosified_pair(mode, 2)
+    layer.bias = None
+    x = torch.randn(5, dtype=torch.float64)
+    w = layer.linear.weight
+    cos = (w @ x) / (w.norm(dim=1) * (x.norm() + 1e-12))
+    expected = (w.norm(dim=1) * cos.abs())[:, None] * w if mode == "raw" else \
+        (layer.gain * cos.abs())[:, None] * w / w.norm(dim=1, keepdim=True)
+    rows = []
+    for j in range(3):
+        with explanation_mode(layer):
+            rows.append(_input_gradient(layer, x, F.one_hot(torch.tensor(j), 3).double())[1])
+    torch.testing.assert_close(torch.stack(rows), expected)
+    torch.testing.assert_close(torch.stack(rows) @ x, layer(x))
+
+
+@pytest.mark.parametrize("build", [BcosifiedConv2d, BcosifiedLinear], ids=["conv", "linear"])
+def test_bcosified_units_refuse_an_unknown_weight_mode(build):
+    with pytest.raises(ValueError, match=f"{build.__name__}: unknown weight_mode 'unit'; expected one of"):
+        build(4, 4, weight_mode="unit")
 
 
 # ------------------------------------------------------------------------------------------- construction errors
