@@ -2,6 +2,9 @@
 
 ``make test`` runs two xdist workers on the two CI cores; with torch's default of one thread per core each worker
 would oversubscribe the machine, and the tests' many small tensor operations are slower with intra-op threads anyway.
+``OMP_NUM_THREADS=1`` is set as well, so every process a test starts (the CLI, ``torchrun``, the study and benchmark
+scripts) also runs on one thread: with torch's default, a quick study subprocess took 97 s instead of 17 s beside
+the other worker and ran into its timeout.
 
 The tiny models (a named-stage conv net, optionally an X-DNN, and a three-stage B-cos ResNet) are exposed as factory
 fixtures — ``tiny_cnn``, ``tiny_bcos_resnet`` and ``bcos_input`` — so that test modules never import each other.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Callable
@@ -35,6 +39,7 @@ import distributed_utils
 from rightreasons.models.resnet import BasicBlock, BcosResNet
 
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(autouse=True)

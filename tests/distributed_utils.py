@@ -80,7 +80,7 @@ def launch(args: Sequence[str], *, processes: int = 1, nodes: int = 1, node_args
     rendezvous on 127.0.0.1. ``node_args[i]`` are appended to node ``i``'s command (e.g. a directory of its own).
     Returns each launcher's result; with ``check``, raises ``AssertionError`` with the output of a launcher that
     failed."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     torchrun, command = [sys.executable, "-m", "torch.distributed.run"], ["-m", "rightreasons", *args]
     if nodes == 1:
         launchers = [[*torchrun, "--standalone", "--nproc_per_node", str(processes), *command]]

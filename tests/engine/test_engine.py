@@ -39,7 +39,7 @@ def config_file(tmp_path: Path) -> Path:
 
 
 def _run(args: list[str], cwd: Path, code: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable] + (["-c", code] if code else ["-m", "rightreasons"]) + args
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check and result.returncode != 0:

@@ -134,7 +134,6 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     (work / "data").mkdir(parents=True)
     (work / "configs").symlink_to(ROOT / "configs")  # the README's relative paths, unchanged
     monkeypatch.chdir(work)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the sweep's runs are subprocesses
     writer = {"voc2007": write_voc, "coco2014": write_coco, "waterbirds100": write_waterbirds}[dataset]
     sizes = COPIES[dataset](work / "data", writer)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -189,8 +188,7 @@ def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finish
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     command = [sys.executable, "-m", "rightreasons", "guide", "--config", str(path), "--resume"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 120
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2) and time.time() < deadline:

@@ -31,7 +31,7 @@ class Runner:
     """A ``fault_runner.py`` process; ``runner(kind, config, ...)`` runs one job and returns its exit code."""
 
     def __init__(self) -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen([sys.executable, str(RUNNER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, env=env)
 

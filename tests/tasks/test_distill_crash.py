@@ -19,7 +19,7 @@ OVERRIDES = ["max_steps=6", "data.options.n=48", "checkpoint.every_steps=2", "ch
 def _run(args: list[str], cwd: Path, prelude: str = "", check: bool = True) -> subprocess.CompletedProcess:
     """``python -m rightreasons ARGS`` in a fresh interpreter, after ``prelude`` (which may plant a SIGKILL)."""
     code = textwrap.dedent(prelude) + "\nimport sys\nfrom rightreasons.cli import main\nsys.exit(main(sys.argv[1:]))\n"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     result = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True,
                             timeout=600)
     if check and result.returncode != 0:
