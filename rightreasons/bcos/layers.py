@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..choices import WEIGHT_MODES
 from .dynamic import DynamicLinear
 from .norms import _affine  # ``g · out + b`` per channel: the norms' affine step, here a unit's gain and bias
 
@@ -31,8 +32,6 @@ __all__ = ["BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "Lo
            "default_logit_bias"]
 
 WeightMode = Literal["raw", "gain"]
-WEIGHT_MODES: tuple[str, ...] = ("raw", "gain")
-"""How a B-cosified unit scales its weight: ``raw`` uses ``w`` as it is, ``gain`` uses ``g · w / ‖w‖``."""
 
 
 def _check_bcos_args(b: float, max_out: int, bias: bool, name: str) -> None:

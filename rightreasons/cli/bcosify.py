@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch import nn
-
-from ..bcos.layers import WEIGHT_MODES
+from ..choices import WEIGHT_MODES
 from ..errors import UsageError
-from ..hub import create_model, load_model, save_model
-from ..models.bcosified import BcosifyOptions, bcosify
+
+if TYPE_CHECKING:  # torch and the zoo are imported only when the command runs, so that `--help` starts at once
+    from torch import nn
 
 __all__ = ["build_source", "register", "run"]
 
@@ -50,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def build_source(args: argparse.Namespace) -> nn.Module:
     """The standard model named by ``--model`` with the requested weights, or the model stored in ``--checkpoint``."""
+    from ..hub import create_model, load_model
+
     if args.model is None:
         if args.checkpoint is None or args.pretrained or args.num_classes is not None:
             raise UsageError("without --model, pass only --checkpoint PATH of a model file written by rightreasons "
@@ -60,6 +62,9 @@ def build_source(args: argparse.Namespace) -> nn.Module:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..hub import save_model
+    from ..models.bcosified import BcosifyOptions, bcosify
+
     normalisation = {k: v for k, v in (("mean", args.mean), ("std", args.std)) if v is not None}
     converted = bcosify(build_source(args), b=args.b, keep_bias=args.keep_bias,
                         maxpool_to_avgpool=not args.keep_maxpool, weight_mode=args.weight_mode,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..data.synthetic import DEFAULT_SIZES, NAMES, SPLITS, SyntheticConfig, write_synthetic
+from ..choices import SYNTHETIC_NAMES, SYNTHETIC_SIZES, SYNTHETIC_SPLITS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,11 +15,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        description="Writes DIR/<name>/index.json and PNGs for each synthetic dataset; load them "
                                    "with rightreasons.data.load_dataset(name, DIR, split).")
     s.add_argument("--out", required=True, type=Path, help="output directory")
-    s.add_argument("--task", choices=[*NAMES, "all"], default="all", help="which dataset(s) to write")
+    s.add_argument("--task", choices=[*SYNTHETIC_NAMES, "all"], default="all", help="which dataset(s) to write")
     s.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
-    for split in SPLITS:
-        s.add_argument(f"--n-{split}", type=int, default=DEFAULT_SIZES[split],
-                       help=f"images in the {split} split (default {DEFAULT_SIZES[split]})")
+    for split in SYNTHETIC_SPLITS:
+        s.add_argument(f"--n-{split}", type=int, default=SYNTHETIC_SIZES[split],
+                       help=f"images in the {split} split (default {SYNTHETIC_SIZES[split]})")
     s.add_argument("--correlation", type=float, default=None,
                    help="class/background agreement in train and val (default: birds 1.0, multi-label 0.8)")
     s.add_argument("--difficulty", type=float, default=0.5, help="0 (large, crisp objects) … 1 (small, faint)")
@@ -29,12 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.synthetic import SyntheticConfig, write_synthetic
+
     config = SyntheticConfig(size=args.size, correlation=args.correlation, difficulty=args.difficulty,
                              seed=args.seed, max_objects=args.max_objects,
-                             sizes={split: getattr(args, f"n_{split}") for split in SPLITS})
-    names = list(NAMES) if args.task == "all" else [args.task]
+                             sizes={split: getattr(args, f"n_{split}") for split in SYNTHETIC_SPLITS})
+    names = list(SYNTHETIC_NAMES) if args.task == "all" else [args.task]
     for name in names:
         path = write_synthetic(args.out / name, name, config)
-        counts = ", ".join(f"{split} {config.sizes[split]}" for split in SPLITS)
+        counts = ", ".join(f"{split} {config.sizes[split]}" for split in SYNTHETIC_SPLITS)
         print(f"{name}: {counts} images of {args.size}x{args.size} -> {path}")
     return 0

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..demo import DemoSettings, run_demo
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="guide B-cos models on the synthetic Waterbirds-like benchmark and "
@@ -23,6 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
+    from ..demo import DemoSettings, run_demo
+
     settings = DemoSettings.quick(args.seeds) if args.quick else DemoSettings.full(args.seeds)
     run_demo(args.out, settings)
     print(args.out / "report.md")

@@ -19,19 +19,7 @@ import json
 import logging
 from pathlib import Path
 
-import yaml
-from accelerate import PartialState
-from torch.utils.data import DataLoader, Subset
-from tqdm.auto import tqdm
-
-from ..data import collate, eval_transform, load_dataset
-from ..distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
-from ..encoding import reencode
-from ..config import load_config, read_yaml
 from ..errors import UsageError
-from ..hub import capabilities, create_model, load_model, read_state_dict
-from ..reporting import plot_shift_curves
-from ..tasks import DistillConfig, distill, write_teacher_cache
 
 __all__ = ["register"]
 
@@ -86,14 +74,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--max-shift", type=int, default=32, help="largest diagonal shift in pixels (default 32)")
     s.add_argument("--num-images", type=int, default=64, help="images to average over (default 64)")
     s.add_argument("--batch-size", type=int, default=16)
-    s.add_argument("--explanation", default="auto", choices=[c for c in EXPLANATION_CHOICES if c != "none"],
-                   help="explanation compared (auto: W(x), bcos_weights, for B-cos models, GradCAM otherwise)")
+    s.add_argument("--explanation", default="auto", metavar="METHOD",
+                   help="explanation compared: auto (W(x), bcos_weights, for B-cos models, GradCAM otherwise) or a "
+                        "method of rightreasons.explain.METHODS, e.g. gradcam")
     s.add_argument("--layer", default="final", help="GradCAM layer (default final)")
     s.add_argument("--out", type=Path, required=True, help="output directory for shift.json and shift.png")
     s.set_defaults(func=run_shift)
 
 
 def run_distill(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from ..config import load_config
+    from ..tasks import DistillConfig, distill
+
     overrides = list(args.overrides) + ([f"distill.frozen={args.frozen}"] if args.frozen else [])
     config = load_config(DistillConfig, args.config, overrides)
     summary = distill(config, resume=args.resume)
@@ -104,6 +98,11 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def run_cache(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from ..config import load_config
+    from ..tasks import DistillConfig, write_teacher_cache
+
     overrides = list(args.overrides)
     if args.teacher:
         overrides += ([f"teacher.checkpoint={args.teacher}", "teacher.name=null"] if Path(args.teacher).is_file()
@@ -121,6 +120,10 @@ def run_cache(args: argparse.Namespace) -> int:
 
 
 def _parse_options(items: list[str]) -> dict[str, object]:
+    import yaml
+
+    from ..config import read_yaml
+
     options = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -144,6 +147,8 @@ def _model_source(spec: str) -> tuple[str, str]:
 
 def _trained_size(source: str) -> int | None:
     """``data.image_size`` of the training config a model file stores (written by training), or None."""
+    from ..hub import read_state_dict
+
     if not Path(source).is_file():
         return None
     _, metadata = read_state_dict(source)
@@ -164,6 +169,18 @@ def _shift_size(sources: list[str]) -> int:
 
 
 def run_shift(args: argparse.Namespace) -> int:
+    from torch.utils.data import DataLoader, Subset
+    from tqdm.auto import tqdm
+
+    from ..data import collate, eval_transform, load_dataset
+    from ..distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
+    from ..encoding import reencode
+    from ..hub import capabilities, create_model, load_model
+    from ..reporting import plot_shift_curves
+
+    explanations = [c for c in EXPLANATION_CHOICES if c != "none"]
+    if args.explanation not in explanations:
+        raise UsageError(f"--explanation {args.explanation!r}: expected one of {', '.join(explanations)}")
     if args.max_shift < 0 or args.num_images < 1:
         raise UsageError("--max-shift must be >= 0 and --num-images >= 1")
     specs = [_model_source(spec) for spec in args.model]

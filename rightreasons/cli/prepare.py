@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..data.prepare import coco, voc, waterbirds
-
-__all__ = ["DEFAULT_ROOTS", "register"]
+__all__ = ["DEFAULT_ROOTS", "register", "run_coco", "run_voc", "run_waterbirds"]
 
 #: dataset → the ``data.root`` of its configs in ``configs/guidance/``
 DEFAULT_ROOTS = {"voc2007": "data/VOCdevkit/VOC2007", "coco2014": "data/coco",
@@ -30,24 +28,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("prepare", help="check a dataset download (VOC, COCO, Waterbirds), build derived files")
     datasets = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
 
-    s = datasets.add_parser("voc2007", aliases=["voc"], help="PASCAL VOC 2007", description=voc.__doc__.splitlines()[0])
+    s = datasets.add_parser("voc2007", aliases=["voc"], help="PASCAL VOC 2007",
+                            description="Check a PASCAL VOC 2007 download for load_dataset('voc2007', ROOT, split): "
+                                        "the layout, an image and an annotation for every listed id, the official "
+                                        "image counts and, with --tars, the md5 of the release tar files.")
     _root(s, "voc2007", "VOCdevkit/VOC2007 (or a folder holding it)")
     s.add_argument("--tars", type=Path, help="folder with the two release tar files, to check their md5")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official image counts")
-    s.set_defaults(func=lambda a: voc.check(a.root, a.tars, a.allow_partial).print())
+    s.set_defaults(func=run_voc)
 
-    s = datasets.add_parser("coco2014", aliases=["coco"], help="MS COCO 2014", description=coco.__doc__.splitlines()[0])
+    s = datasets.add_parser("coco2014", aliases=["coco"], help="MS COCO 2014",
+                            description="Check an MS COCO 2014 download for load_dataset('coco2014', ROOT, split): "
+                                        "both instances files, every image they list, the official image counts "
+                                        "and, with --checksums, an md5sum-style file.")
     _root(s, "coco2014", "the COCO root (annotations/, train2014/, val2014/)")
     s.add_argument("--checksums", type=Path, help="md5sum-style file of paths relative to ROOT")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official counts")
-    s.set_defaults(func=lambda a: coco.check(a.root, a.checksums, a.allow_partial).print())
+    s.set_defaults(func=run_coco)
 
     s = datasets.add_parser("waterbirds100", aliases=["waterbirds"],
                             help="Waterbirds-100 (builds the bird boxes from the CUB masks)",
-                            description=waterbirds.__doc__.splitlines()[0])
+                            description="Check a Waterbirds-100 download for load_dataset('waterbirds100', ROOT, "
+                                        "split) and print its images per split and group; with --segmentations, "
+                                        "build the bird box file from the CUB masks, else check that it covers "
+                                        "every image.")
     _root(s, "waterbirds100", "the folder holding metadata.csv and the images")
     s.add_argument("--segmentations", type=Path,
                    help="CUB-200-2011's segmentations/ directory (from segmentations.tgz): builds ROOT/boxes.csv")
     s.add_argument("--threshold", type=float, default=0.5, help="mask threshold in [0, 1] (default 0.5)")
     s.add_argument("--box-file", default="boxes.csv", help="box file name inside ROOT (default boxes.csv)")
-    s.set_defaults(func=lambda a: waterbirds.check(a.root, a.segmentations, a.threshold, a.box_file).print())
+    s.set_defaults(func=run_waterbirds)
+
+
+def run_voc(args: argparse.Namespace) -> int:
+    from ..data.prepare import voc
+
+    return voc.check(args.root, args.tars, args.allow_partial).print()
+
+
+def run_coco(args: argparse.Namespace) -> int:
+    from ..data.prepare import coco
+
+    return coco.check(args.root, args.checksums, args.allow_partial).print()
+
+
+def run_waterbirds(args: argparse.Namespace) -> int:
+    from ..data.prepare import waterbirds
+
+    return waterbirds.check(args.root, args.segmentations, args.threshold, args.box_file).print()

@@ -8,8 +8,6 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..sweep import collect, execute, load_grid, write_report
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="run a grid of trainings and write the Pareto report",
@@ -31,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..sweep import collect, execute, load_grid, write_report
+
     runs = [r for grid in args.grids for r in load_grid(grid, args.extra)]
     if args.only:
         runs = [r for r in runs if any(text in r.name for text in args.only)]

@@ -195,15 +195,18 @@ class GuidanceStudy:
 
 
 def _cached(run_dir: Path, train: Callable[[], Path], score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
-    """The test metrics of the run in ``run_dir``: read from ``test.json``, or trained (unless ``summary.json``
-    says it is done; an interrupted training resumes from its newest checkpoint) and scored, then written there."""
+    """The metrics of the run in ``run_dir``: ``validation``, the selection metric's validation score of the exported
+    checkpoint (from ``summary.json``), and the test metrics, read from ``test.json`` or trained (unless
+    ``summary.json`` says it is done; an interrupted training resumes from its newest checkpoint) and scored, then
+    written there."""
     result = run_dir / "test.json"
     if result.is_file():
-        return json.loads(result.read_text())
-    model_file = run_dir / "model.safetensors" if (run_dir / "summary.json").is_file() else train()
-    metrics = score(model_file)
-    write_json_atomic(result, metrics)
-    return metrics
+        metrics = json.loads(result.read_text())
+    else:
+        model_file = run_dir / "model.safetensors" if (run_dir / "summary.json").is_file() else train()
+        metrics = score(model_file)
+        write_json_atomic(result, metrics)
+    return {"validation": json.loads((run_dir / "summary.json").read_text())["best"]["score"], **metrics}
 
 
 def run_study(study: GuidanceStudy, out: str | Path, log: Callable[[str], None] = lambda _: None,
@@ -256,8 +259,9 @@ def _stat(values: Sequence[float]) -> dict[str, Any]:
 
 
 def summarize_study(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (data variant, method, fraction): mean ± std over seeds of :data:`TEST_METRICS`, and of the
-    worst-group gain over the same seed's baseline (``gain``)."""
+    """One row per (data variant, method, fraction): mean ± std over seeds of the validation score that selected
+    each checkpoint (``validation``) and of :data:`TEST_METRICS`, and of the worst-group gain over the same seed's
+    baseline (``gain``)."""
     variant_keys = tuple(asdict(DataVariant()))
     baselines = {(tuple(r[k] for k in variant_keys), r["seed"]): r for r in records if r["method"] == "baseline"}
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -267,7 +271,7 @@ def summarize_study(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for key, members in cells.items():
         row: dict[str, Any] = dict(zip((*variant_keys, "method", "fraction"), key))
         row["seeds"] = len(members)
-        for metric in TEST_METRICS:
+        for metric in ("validation", *TEST_METRICS):
             row[metric] = _stat([m[metric] for m in members])
         gains = [m["worst_group_accuracy"] - baselines[(key[:len(variant_keys)], m["seed"])]["worst_group_accuracy"]
                  for m in members]
@@ -287,11 +291,11 @@ def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
     table = [{"correlation": row["correlation"], "difficulty": row["difficulty"], "data seed": row["data_seed"],
               "size": row["image_size"], "method": row["method"],
               "boxes": "" if row["fraction"] is None else f"{100 * row['fraction']:g} %",
-              "worst group": _pp(row["worst_group_accuracy"]),
+              f"val. {r.select}": _pp(row["validation"]), "worst group": _pp(row["worst_group_accuracy"]),
               "gain (p.p.)": "" if row["method"] == "baseline" else _pp(row["gain"], signed=True),
               "overall": _pp(row["accuracy"]), "EPG": _pp(row["epg"]), "IoU": _pp(row["iou"])} for row in rows]
-    columns = ["correlation", "difficulty", "data seed", "size", "method", "boxes", "worst group", "gain (p.p.)",
-               "overall", "EPG", "IoU"]
+    columns = ["correlation", "difficulty", "data seed", "size", "method", "boxes", f"val. {r.select}",
+               "worst group", "gain (p.p.)", "overall", "EPG", "IoU"]
     methods = "; ".join(f"{m.name}: {m.loss}, λ = {m.weight:g}" + (f", boxes dilated by {m.dilation:.0%}"
                                                                    if m.dilation else "") for m in study.methods)
     return "\n".join([
@@ -302,8 +306,8 @@ def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
         f"{r.guided_epochs} epochs, lr {r.guided_lr:g} ({methods}); with fewer than {r.min_annotated_per_batch} "
         f"annotated images per batch on average, every batch holds {r.min_annotated_per_batch}. Every training "
         f"exports its checkpoint with the best validation {r.select} (group-balanced validation split); the test "
-        "split is only reported. Test split, %, mean ± std over seeds; gain = worst-group accuracy minus that of the "
-        "same seed's baseline.\n",
+        f"split is only reported. val. {r.select}: the validation score that chose the checkpoint; the other columns: "
+        "test split, %, mean ± std over seeds; gain = worst-group accuracy minus that of the same seed's baseline.\n",
         markdown_table(table, columns)])
 
 

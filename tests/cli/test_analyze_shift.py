@@ -4,6 +4,8 @@
 import json
 import logging
 
+import pytest
+
 import rightreasons
 from rightreasons.cli import main
 from rightreasons.config import from_dict, to_dict
@@ -40,3 +42,15 @@ def test_the_input_size_is_the_one_the_models_were_trained_at(tmp_path, caplog, 
     assert main(["analyze", "shift", "--model", str(teacher), "--model", str(other), *common, "--image-size", "16",
                  "--out", str(tmp_path / "mixed")]) == 0
     assert json.loads((tmp_path / "mixed" / "shift.json").read_text())["image_size"] == 16
+
+
+@pytest.mark.parametrize("explanation", ["none", "saliency"])
+def test_an_explanation_that_cannot_be_compared_is_refused_before_any_work(explanation, tmp_path, capsys):
+    """`--explanation` is checked when the command runs (its parser offers no list, so that `--help` needs no
+    torch): `none` (distil logits only) and unknown names end in one error line naming the choices."""
+    assert main(["analyze", "shift", "--model", str(tmp_path / "missing.safetensors"), "--data", "synthetic-birds",
+                 "--explanation", explanation, "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"rightreasons analyze: error: --explanation {explanation!r}: expected one of auto, ")
+    assert "bcos_weights" in error and "gradcam" in error and "none" not in error.split("expected")[1]
+    assert not (tmp_path / "out").exists()

@@ -49,6 +49,9 @@ def test_every_cell_is_trained_selected_on_validation_and_scored_on_test(tiny_st
         assert summary["config"]["data"]["val_split"] == "val" and summary["best"]["metric"] == "worst_group_accuracy"
         test = json.loads((folder / run / "test.json").read_text())
         assert set(test) >= {"accuracy", "worst_group_accuracy", "epg", "iou", "accuracy/G2 landbird/water"}
+        record = next(r for r in results["records"] if run.startswith(r["method"]) and
+                      (r["fraction"] is None or run.endswith(f"{r['fraction']:g}")))
+        assert record["validation"] == summary["best"]["score"]  # what chose the checkpoint, beside what it scored
     few = json.loads((folder / "energy-boxes0.125" / "summary.json").read_text())["config"]
     assert few["guidance"]["annotated_per_batch"] == 2  # 12.5 % of a batch of 8 is one image on average
     assert few["model"]["checkpoint"] == str(folder / "baseline" / "model.safetensors")
@@ -64,7 +67,7 @@ def test_tables_report_mean_std_and_the_paired_gain(tiny_study):
     assert rows[("energy", 0.125)]["gain"]["mean"] == pytest.approx(guided - baseline)
     assert rows[("baseline", None)]["worst_group_accuracy"]["std"] is None  # one seed
     table = (out / "study.md").read_text()
-    assert "| energy | 12.5 % |" in table and "validation" in table
+    assert "| energy | 12.5 % |" in table and "| val. worst_group_accuracy |" in table
     assert (out / "study.png").stat().st_size > 0
     assert (out / "study.csv").read_text().splitlines()[0].startswith("correlation,difficulty,data_seed,image_size,"
                                                                       "seed,method,fraction")

@@ -41,6 +41,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...choices import SYNTHETIC_SIZES as DEFAULT_SIZES
+from ...choices import SYNTHETIC_SPLITS as SPLITS
 from ...errors import UsageError
 from ..base import Records
 from .draw import (EXTENT, SHAPES, backgrounds, composite, draw_objects, finish, object_colours, place_quadrants,
@@ -54,8 +56,6 @@ PLACES = ("land", "water")
 CONTEXTS = ("grass", "water", "sand")
 CONTEXT_OF_SHAPE = (0, 1, 2, -1, -1, -1)  # disc ↔ grass, triangle ↔ water, square ↔ sand; the rest anywhere
 TASKS = ("birds", "multilabel")
-SPLITS = ("train", "val", "test")
-DEFAULT_SIZES = {"train": 2000, "val": 500, "test": 1000}
 CHUNK = 512
 _BIRD_SHAPES = (0, 1)  # landbird = disc, waterbird = triangle
 _BIRD_HUES = (0.05, 0.8)  # landbirds orange-red, waterbirds purple-magenta: away from the background hues

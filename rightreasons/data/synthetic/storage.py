@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image
 from torch import Tensor
 
+from ...choices import SYNTHETIC_NAMES as NAMES
 from ..base import AnnotatedDataset, Records
 from ..errors import DataError
 from ..io import read_text, relative_path, require_file
@@ -37,8 +38,6 @@ from .generate import CONTEXTS, SPLITS, SyntheticConfig, SyntheticData, generate
 __all__ = ["FORMAT", "GROUPS", "NAMES", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
 
 FORMAT, VERSION = "rightreasons-synthetic", 1
-#: dataset name → generation task
-NAMES = {"synthetic-birds": "birds", "synthetic-multilabel": "multilabel"}
 #: what ``sample["group"]`` means per task: the Waterbirds groups, or the context background
 GROUPS = {"birds": GROUP_NAMES, "multilabel": CONTEXTS}
 
