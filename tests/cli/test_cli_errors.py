@@ -39,3 +39,17 @@ def test_unknown_names_through_the_console_script(tmp_path):
     done = subprocess.run([sys.executable, "-m", "rightreasons", "explain", "--model", "bcos_resnet81", "x.png",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "did you mean bcos_resnet18" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_generation_options_on_a_synthetic_dataset_read_from_disk_are_one_error_line(tmp_path, capsys):
+    """The shipped distill config generates its data in memory (``data.options: {n: 32, size: 32}``); pointed at a
+    dataset written by ``data synth`` it used to end in a raw ValueError traceback from the loader."""
+    assert cli.main(["data", "synth", "--out", str(tmp_path / "data"), "--task", "synthetic-birds", "--size", "32",
+                     "--n-train", "8", "--n-val", "4", "--n-test", "4"]) == 0
+    capsys.readouterr()
+    assert cli.main(["cache", "--config", "configs/distill/synthetic.yaml", "--out", str(tmp_path / "cache"),
+                     f"data.root={tmp_path / 'data'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rightreasons cache: error: ") and err.count("\n") == 1
+    assert "data.options" in err and "'n', 'size'" in err and "index.json" in err
+    assert not (tmp_path / "cache").exists()

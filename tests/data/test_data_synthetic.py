@@ -10,6 +10,7 @@ from rightreasons.boxes import boxes_to_masks
 from rightreasons.cli import main as cli_main
 from rightreasons.data import DataError, SyntheticConfig, collate, generate, load_dataset, write_synthetic
 from rightreasons.data.synthetic import CONTEXT_OF_SHAPE, SHAPES
+from rightreasons.errors import ConfigError
 
 
 def test_generation_is_deterministic_by_seed():
@@ -91,7 +92,7 @@ def test_written_format_reads_back_identically(tmp_path):
         assert a["group"] == b["group"] and a["id"] == b["id"]
     assert disk.group_names == memory.group_names == ("G1 landbird/land", "G2 landbird/water", "G3 waterbird/land",
                                                        "G4 waterbird/water")
-    with pytest.raises(ValueError, match="fixed by its index.json"):
+    with pytest.raises(ConfigError, match="fixed by its index.json"):
         load_dataset("synthetic-birds", tmp_path / "birds", "test", size=64)
     with pytest.raises(DataError, match="no split 'val'"):
         load_dataset("synthetic-birds", tmp_path / "birds", "val")

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ...choices import SYNTHETIC_NAMES as NAMES
 from ..base import AnnotatedDataset, Records
+from ...errors import ConfigError
 from ..errors import DataError
 from ..io import read_text, relative_path, require_file
 from ..waterbirds import GROUP_NAMES
@@ -154,9 +155,10 @@ def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "trai
     if root is None:
         return SyntheticDataset(name, split, generate(task, split, n, SyntheticConfig(**generation)), **options)
     if generation or n is not None:
-        given = sorted(generation) + (["n"] if n is not None else [])
-        raise ValueError(f"generation parameters {given} cannot be set when reading {name} from {root}; "
-                         "they are fixed by its index.json")
+        given = sorted([*generation, *(["n"] if n is not None else [])])
+        raise ConfigError(f"{name} from {root}: the generation options {given} (config: data.options) cannot be set "
+                          "when the dataset is read from disk, they are fixed by its index.json; remove them (e.g. "
+                          "data.options={}) or drop data.root to generate the data in memory")
     root = Path(root)
     if not (root / "index.json").is_file() and (root / name / "index.json").is_file():
         root = root / name
