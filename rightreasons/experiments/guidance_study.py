@@ -194,16 +194,17 @@ class GuidanceStudy:
         return len(self.variants) * self.seeds * (1 + len(self.annotated_fraction) * len(self.methods))
 
 
-def _cached(run_dir: Path, train: Callable[[], Path], score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
+def _cached(run_dir: Path, train: Callable[[bool], Path], score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
     """The metrics of the run in ``run_dir``: ``validation``, the selection metric's validation score of the exported
     checkpoint (from ``summary.json``), and the test metrics, read from ``test.json`` or trained (unless
-    ``summary.json`` says it is done; an interrupted training resumes from its newest checkpoint) and scored, then
-    written there."""
+    ``summary.json`` says it is done; ``train(resume)`` continues an interrupted training from its newest checkpoint)
+    and scored, then written there."""
     result = run_dir / "test.json"
     if result.is_file():
         metrics = json.loads(result.read_text())
     else:
-        model_file = run_dir / "model.safetensors" if (run_dir / "summary.json").is_file() else train()
+        model_file = run_dir / "model.safetensors" if (run_dir / "summary.json").is_file() else \
+            train((run_dir / "checkpoints").is_dir())
         metrics = score(model_file)
         write_json_atomic(result, metrics)
     return {"validation": json.loads((run_dir / "summary.json").read_text())["best"]["score"], **metrics}
@@ -225,8 +226,8 @@ def run_study(study: GuidanceStudy, out: str | Path, log: Callable[[str], None] 
         for seed in range(study.seeds):
             folder = out / variant.label / f"seed-{seed}"
             baseline_dir = folder / "baseline"
-            metrics = _cached(baseline_dir, lambda: Path(run_training(recipe.run(variant, seed, baseline_dir),
-                                                                      resume=True)["model_file"]), score)
+            metrics = _cached(baseline_dir, lambda resume: Path(run_training(recipe.run(variant, seed, baseline_dir),
+                                                                            resume)["model_file"]), score)
             records.append({**asdict(variant), "seed": seed, "method": "baseline", "fraction": None, **metrics})
             done += 1
             log(f"[{done}/{total}] {variant.label} seed {seed} baseline: worst group "
@@ -234,8 +235,8 @@ def run_study(study: GuidanceStudy, out: str | Path, log: Callable[[str], None] 
             for fraction in study.annotated_fraction:
                 for method in study.methods:
                     run_dir = folder / f"{method.name}-boxes{fraction:g}"
-                    metrics = _cached(run_dir, lambda: Path(run_training(recipe.run(
-                        variant, seed, run_dir, method, fraction, baseline_dir / "model.safetensors"), resume=True)
+                    metrics = _cached(run_dir, lambda resume: Path(run_training(recipe.run(
+                        variant, seed, run_dir, method, fraction, baseline_dir / "model.safetensors"), resume)
                         ["model_file"]), score)
                     records.append({**asdict(variant), "seed": seed, "method": method.name, "fraction": fraction,
                                     **metrics})
