@@ -238,8 +238,8 @@ def guidance_few_boxes(settings: Settings) -> list[Row]:
         return statistics.median(p / q for p, q in zip(times[a], times[b]))
 
     setup = (f"B-cos ResNet-18, train mode, batch {batch}x6x{size}x{size}, BCE + 1e-3 Energy on B-cos contributions at "
-             f"the input; {int(few.sum())} of {batch} images annotated; {repeats} alternating repeats, ratios are "
-             "medians of per-repeat ratios")
+             f"the input; 10 %: {int(few.sum())} of {batch} images annotated, 100 %: all; {repeats} alternating "
+             "repeats, ratios are medians of per-repeat ratios")
     rows = [("guidance-few-boxes: 10 % vs plain", "few", "plain", "<= 1.5", lambda r: r <= 1.5),
             ("guidance-few-boxes: 100 % vs plain", "all", "plain", "<= 2.3", lambda r: r <= 2.3),
             ("guidance-few-boxes: whole batch vs annotated only (10 %)", "few-batch", "few", ">= 1.5",
