@@ -198,7 +198,7 @@ def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finish
     assert process.returncode == EXIT_PREEMPTED, stderr[-2000:]
     assert "stopped by SIGTERM: checkpoint" in stderr and "--resume" in stderr
     assert list((out / "checkpoints").glob("step-*")), "no checkpoint was written"
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = _outcome(out)
     assert result["weights"] == expected["weights"] and result["metrics"] == expected["metrics"]
