@@ -100,10 +100,11 @@ def _report(ctx: DemoContext) -> str:
     s, timing = ctx.settings, ctx.results["timing"]
     lines = ["# rightreasons demo: model guidance on a synthetic Waterbirds-like benchmark\n",
              f"`{DATASET}` at {s.image_size} px: a disc (landbird) or a triangle (waterbird) on a land or water "
-             f"background. In training and validation the background matches the class in "
+             f"background. In training the background matches the class in "
              f"{s.data_options.get('correlation', 1.0):.0%} of the images (100 % in Waterbirds-100), a shortcut "
-             f"easier to learn than the shape; the test split ({s.test_images} images) is balanced over the groups "
-             "G1 landbird/land, G2 landbird/water, G3 waterbird/land, G4 waterbird/water. "
+             "easier to learn than the shape; the validation split (which chooses every checkpoint) and the test "
+             f"split ({s.test_images} images, only reported) are balanced over the groups G1 landbird/land, "
+             "G2 landbird/water, G3 waterbird/land, G4 waterbird/water. "
              f"Mean ± std over {s.seeds} seed(s); all numbers are also in `results.json`.\n"]
     for title, body in ctx.sections:
         lines += [f"## {title}\n", body]

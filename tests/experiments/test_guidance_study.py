@@ -104,3 +104,26 @@ def test_the_cli_runs_a_study_file_and_refuses_bad_ones(tmp_path, capsys):
     assert "annotated_fraction" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="min_annotated_per_batch"):
         from_dict(GuidanceRecipe, {"batch_size": 8, "min_annotated_per_batch": 8})
+
+
+STUDIES = sorted((Path(__file__).resolve().parents[2] / "configs" / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])
+def test_shipped_study_files_are_valid(path, tmp_path, capsys):
+    assert main(["study", "guidance", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert "trainings:" in capsys.readouterr().out and not (tmp_path / "out").exists()
+
+
+def test_the_demo_trains_as_the_study_that_chose_its_weights():
+    """The demo's λ were chosen on validation by ``configs/studies/demo_selection.yaml``: its recipe and data must
+    stay the demo's, and every demo weight must be one of the candidates it compared."""
+    from rightreasons.config import load_config
+    from rightreasons.demo.settings import DemoSettings
+
+    study = load_config(GuidanceStudy, [p for p in STUDIES if p.stem == "demo_selection"][0])
+    demo = DemoSettings.full()
+    assert study.recipe == demo.recipe and study.variants == [demo.data]
+    candidates = {(m.loss, m.weight) for m in study.methods}
+    assert {(v.loss, v.weight) for v in demo.variants} <= candidates
+    assert {v.annotated_fraction or demo.annotated_fraction for v in demo.variants} <= set(study.annotated_fraction)
