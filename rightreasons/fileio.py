@@ -5,11 +5,15 @@ over the target (``os.replace``, atomic on POSIX filesystems) and flushes the di
 ``SIGKILL`` a reader finds either the complete old file or the complete new one, never a mix. Model files, checkpoint
 states, cache shards, summaries and reports are all written through it.
 
+:func:`file_digest` is the one checksum of a file's bytes (checkpoint manifests, cache shards, released weights,
+dataset checksum files).
+
 This module imports nothing of rightreasons but the crash-test boundaries (:mod:`rightreasons.faults`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -19,7 +23,19 @@ from typing import Any
 
 from .faults import boundary
 
-__all__ = ["atomic_write", "fsync_path", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_write", "file_digest", "fsync_path", "write_json_atomic", "write_text_atomic"]
+
+_DIGEST_CHUNK = 1 << 22
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of the file's bytes (``algorithm``: any name of :mod:`hashlib`), read in 4 MiB chunks so that
+    large files never sit in memory whole."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        while chunk := f.read(_DIGEST_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fsync_path(path: str | os.PathLike) -> None:

@@ -56,7 +56,7 @@ from ..data import collate
 from ..data.io import relative_path
 from ..config import diff_configs
 from ..errors import CacheError
-from ..fileio import atomic_write, write_json_atomic
+from ..fileio import atomic_write, file_digest, write_json_atomic
 from ..hub import unwrap_model
 
 __all__ = ["CacheCorruptError", "CacheMismatchError", "ExplanationCache", "MANIFEST", "weights_fingerprint",
@@ -67,7 +67,6 @@ MANIFEST = "manifest.json"
 SETTING_KEYS = ("teacher", "data", "transform", "explanation")
 DEFAULT_SHARD_BYTES = 256 * 2 ** 20
 WRITERS = ".writers"
-_HASH_CHUNK = 2 ** 22
 
 #: ``explainer(images [N, C, H, W]) -> (logits [N, K], explanations [N, C', H', W'])`` on the teacher's input
 Explainer = Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -93,14 +92,6 @@ def weights_fingerprint(model: nn.Module) -> str:
 
 def _ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _shard_name(index: int) -> str:
@@ -172,7 +163,7 @@ def _write_shard(root: Path, index: int, rows: range, maps: Tensor, scales: Tens
     path = atomic_write(root / f"{name}.safetensors", lambda tmp: save_file(
         {"explanations": maps.contiguous(), "scales": scales.contiguous(), "logits": logits.contiguous()},
         str(tmp), metadata={"ids": json.dumps(ids)}))
-    record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, "sha256": _file_digest(path),
+    record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, "sha256": file_digest(path),
               "bytes": path.stat().st_size, "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
     write_json_atomic(root / f"{name}.json", record)
     return record
@@ -370,7 +361,7 @@ class ExplanationCache(Mapping[str, Tensor]):
         if size != record["bytes"]:
             raise CacheCorruptError(f"{path}: shard has {size} bytes, its record says {record['bytes']} "
                                     "(truncated or overwritten); rewrite the cache")
-        if verify and _file_digest(path) != record["sha256"]:
+        if verify and file_digest(path) != record["sha256"]:
             raise CacheCorruptError(f"{path}: shard checksum (SHA-256) does not match its record: the file is "
                                     "corrupt; rewrite the cache")
         try:

@@ -29,7 +29,6 @@ JSON (no pickles); accelerate reads its files with ``weights_only=True``.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import pickle
@@ -44,7 +43,7 @@ from accelerate import Accelerator
 
 from ..errors import CheckpointError, TrainingError
 from ..faults import boundary
-from ..fileio import fsync_path, write_json_atomic
+from ..fileio import file_digest, fsync_path, write_json_atomic
 
 __all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE"]
 
@@ -52,16 +51,6 @@ STATE_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
 FORMAT = "rightreasons-checkpoint"
 _NAME = re.compile(r"^step-(\d+)$")
-_HASH_CHUNK = 1 << 22
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
@@ -88,7 +77,7 @@ def _defect(directory: Path) -> str | None:
         if file.stat().st_size != record.get("bytes"):
             return (f"{name} has {file.stat().st_size} bytes, the manifest says {record.get('bytes')} "
                     "(truncated or replaced)")
-        if _sha256(file) != record.get("sha256"):
+        if file_digest(file) != record.get("sha256"):
             return f"{name} does not match its SHA-256 in the manifest (corrupted or replaced)"
     return None
 
@@ -210,7 +199,8 @@ class CheckpointManager:
         if self.accelerator.is_main_process:
             boundary("checkpoint: accelerator state written")
             write_json_atomic(tmp / STATE_FILE, state)
-            files = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in _files(tmp)}
+            files = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": file_digest(p)}
+                     for p in _files(tmp)}
             write_json_atomic(tmp / MANIFEST, {"format": FORMAT, "version": 1, "step": state.get("step"),
                                                "files": files})
 

@@ -21,7 +21,6 @@ fails within seconds (a bounded connection probe precedes the download) and says
 
 from __future__ import annotations
 
-import hashlib
 import re
 import socket
 import threading
@@ -38,6 +37,7 @@ from torchvision.transforms import v2
 
 from ..encoding import encode
 from ..errors import CheckpointError, UnknownNameError, WeightsUnavailableError
+from ..fileio import file_digest
 from .weights import RELEASE_LOGIT_BIAS
 
 __all__ = ["PRETRAINED", "PretrainedWeights", "download_pretrained", "get_pretrained", "imagenet_categories",
@@ -190,16 +190,8 @@ def pretrained_table() -> str:
     return "\n".join(lines)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _verify(path: Path, weights: PretrainedWeights) -> None:
-    actual = _sha256(path)
+    actual = file_digest(path)
     if not actual.startswith(weights.sha256_prefix):
         raise CheckpointError(f"{path}: SHA-256 {actual[:len(weights.sha256_prefix)]}... does not match the prefix "
                               f"{weights.sha256_prefix} in the release file name (corrupt or different file); "

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from safetensors.torch import load_file
 
 from rightreasons.config import from_dict
 from rightreasons.engine import TrainConfig
@@ -45,22 +44,12 @@ def _config(out: Path, **changes) -> dict:
     return config
 
 
-def _outcome(out: Path) -> dict:
-    summary = json.loads((out / "summary.json").read_text())
-    for key in ("seconds", "provenance"):
-        summary.pop(key)
-    summary["config"].pop("output_dir")
-    weights = load_file(str(out / "model.safetensors"))
-    return {"weights": {k: v.tolist() for k, v in weights.items()}, "summary": summary,
-            "metrics": (out / "metrics.jsonl").read_text().splitlines()}
-
-
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def finished(tmp_path_factory, run_outcome):
     """A finished run (checkpoints after steps 4 and 6 among those kept) and what it ended with."""
     out = tmp_path_factory.mktemp("finished") / "run"
     run(from_dict(TrainConfig, _config(out)))
-    return out, _outcome(out)
+    return out, run_outcome(out)
 
 
 def _flip_bit(path: Path) -> None:
@@ -99,7 +88,7 @@ CORRUPTIONS = [
 
 
 @pytest.mark.parametrize("corruption", CORRUPTIONS, ids=lambda c: f"{c.damage.__name__}-{c.file}")
-def test_a_corrupted_newest_checkpoint_is_detected_and_the_run_falls_back(finished, tmp_path, corruption):
+def test_a_corrupted_newest_checkpoint_is_detected_and_the_run_falls_back(finished, run_outcome, tmp_path, corruption):
     reference, expected = finished
     out = tmp_path / "run"
     shutil.copytree(reference, out)
@@ -107,7 +96,7 @@ def test_a_corrupted_newest_checkpoint_is_detected_and_the_run_falls_back(finish
     corruption.damage(out / "checkpoints" / "step-000006" / corruption.file)
     with pytest.warns(UserWarning, match=f"resuming from step-000004.*step-000006: .*({corruption.defect})"):
         run(from_dict(TrainConfig, _config(out)), resume=True)
-    assert _outcome(out) == expected
+    assert run_outcome(out) == expected
 
 
 def test_when_no_checkpoint_is_intact_every_defect_is_listed(finished, tmp_path):
@@ -123,7 +112,7 @@ def test_when_no_checkpoint_is_intact_every_defect_is_listed(finished, tmp_path)
     assert all(path.name in str(error.value) for path in checkpoints)
 
 
-def test_a_complete_checkpoint_left_unrenamed_is_promoted_not_deleted(finished, tmp_path):
+def test_a_complete_checkpoint_left_unrenamed_is_promoted_not_deleted(finished, run_outcome, tmp_path):
     reference, expected = finished
     out = tmp_path / "run"
     shutil.copytree(reference, out)
@@ -132,10 +121,10 @@ def test_a_complete_checkpoint_left_unrenamed_is_promoted_not_deleted(finished, 
     newest.rename(newest.with_name(".tmp-step-000006"))  # killed between writing the manifest and the rename
     run(from_dict(TrainConfig, _config(out)), resume=True)
     assert newest.is_dir() and not newest.with_name(".tmp-step-000006").exists()
-    assert _outcome(out) == expected
+    assert run_outcome(out) == expected
 
 
-def test_a_half_deleted_checkpoint_never_counts_as_complete(finished, tmp_path):
+def test_a_half_deleted_checkpoint_never_counts_as_complete(finished, run_outcome, tmp_path):
     reference, _ = finished
     out = tmp_path / "run"
     shutil.copytree(reference, out)
@@ -181,7 +170,7 @@ def test_resume_on_the_first_start_starts_fresh(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finished, tmp_path):
+def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finished, run_outcome, tmp_path):
     _, expected = finished
     out = tmp_path / "run"
     config = _config(out, **{"checkpoint.every_steps": None})
@@ -200,5 +189,5 @@ def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finish
     assert list((out / "checkpoints").glob("step-*")), "no checkpoint was written"
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    result = _outcome(out)
+    result = run_outcome(out)
     assert result["weights"] == expected["weights"] and result["metrics"] == expected["metrics"]

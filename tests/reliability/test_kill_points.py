@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file
 
 import rightreasons
 from rightreasons.faults import KILL_VARIABLE, TRACE_VARIABLE
@@ -80,17 +79,6 @@ def _distill_config(out: Path, teacher: Path, cache: Path) -> dict:
             "distill": {"explanation_weight": 5.0, "frozen": str(cache), "test_split": "test"}}
 
 
-def _outcome(out: Path) -> dict:
-    """What a finished run leaves: final weights, the summary without wall-clock time and provenance, the log."""
-    summary = json.loads((out / "summary.json").read_text())
-    for key in ("seconds", "provenance"):
-        summary.pop(key)
-    summary["config"].pop("output_dir")
-    weights = load_file(str(out / "model.safetensors"))
-    return {"weights": {k: v.tolist() for k, v in weights.items()}, "summary": summary,
-            "metrics": (out / "metrics.jsonl").read_text().splitlines()}
-
-
 def _cache_outcome(out: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.suffix in (".safetensors", ".json")}
 
@@ -121,13 +109,13 @@ def _kill_everywhere(runner, tmp_path: Path, kind: str, make_config, outcome, jo
 
 @pytest.mark.slow
 @pytest.mark.parametrize("keep_last", [1, 2])
-def test_guide_survives_a_kill_at_every_boundary(runner, tmp_path, keep_last):
-    checked = _kill_everywhere(runner, tmp_path, "train", lambda out: _train_config(out, keep_last), _outcome,
+def test_guide_survives_a_kill_at_every_boundary(runner, run_outcome, tmp_path, keep_last):
+    checked = _kill_everywhere(runner, tmp_path, "train", lambda out: _train_config(out, keep_last), run_outcome,
                                job=lambda out: {})
     assert checked >= 10
 
 
-def test_batches_with_k_annotated_images_resume_mid_epoch_to_the_same_result(runner, tmp_path):
+def test_batches_with_k_annotated_images_resume_mid_epoch_to_the_same_result(runner, run_outcome, tmp_path):
     """``guidance.annotated_per_batch``: killed right after the first (mid-epoch) checkpoint, the resumed run draws the
     same composed batches as the uninterrupted one."""
     def config(out: Path) -> dict:
@@ -137,18 +125,18 @@ def test_batches_with_k_annotated_images_resume_mid_epoch_to_the_same_result(run
     assert runner("train", config(reference)) == 0
     assert runner("train", config(killed), env={KILL_VARIABLE: "checkpoint: renamed into place:1"}) == -9
     assert runner("train", config(killed), resume=True) == 0
-    assert _outcome(killed) == _outcome(reference)
+    assert run_outcome(killed) == run_outcome(reference)
 
 
 @pytest.mark.slow
-def test_distill_frozen_survives_a_kill_at_every_boundary(runner, tmp_path):
+def test_distill_frozen_survives_a_kill_at_every_boundary(runner, run_outcome, tmp_path):
     teacher = tmp_path / "teacher.safetensors"
     rightreasons.save_model(rightreasons.create_model("bcos_resnet18", num_classes=2, inplanes=4), teacher)
     cache = tmp_path / "cache"
     config = _distill_config(tmp_path / "unused", teacher, cache)
     assert runner("cache", config, out=cache, shard_size=4) == 0
     checked = _kill_everywhere(runner, tmp_path, "distill", lambda out: _distill_config(out, teacher, cache),
-                               _outcome, job=lambda out: {})
+                               run_outcome, job=lambda out: {})
     assert checked >= 10
 
 

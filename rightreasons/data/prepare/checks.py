@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["Report", "md5sum", "read_checksum_file", "verify_checksums"]
+from ...fileio import file_digest
+
+__all__ = ["Report", "read_checksum_file", "verify_checksums"]
 
 
 class Report:
@@ -42,14 +43,6 @@ class Report:
         return 1 if self.problems else 0
 
 
-def md5sum(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify_checksums(expected: dict[str, str], root: str | os.PathLike, report: Report) -> None:
     """Compare ``{relative path: md5}`` against the files under ``root``; problems go to ``report``."""
     root = Path(root)
@@ -58,7 +51,7 @@ def verify_checksums(expected: dict[str, str], root: str | os.PathLike, report: 
         if not path.is_file():
             report.problem(f"{path}: file to checksum not found")
             continue
-        actual = md5sum(path)
+        actual = file_digest(path, "md5")
         if actual != md5.lower():
             report.problem(f"{path}: md5 {actual}, expected {md5}")
         else:
