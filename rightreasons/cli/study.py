@@ -5,8 +5,10 @@ data variants, annotated fractions and seeds, chosen on validation and reported 
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
         for variant in study.variants:
             print(f"  {variant.label}")
         return 0
-    results = run_study(study, args.out, log=lambda message: print(message, file=sys.stderr, flush=True))
+    results = run_study(study, args.out, log=logger.info)
     print(f"wrote {args.out / 'study.md'} ({len(results['records'])} runs scored)")
     return 0

@@ -106,6 +106,21 @@ def test_the_cli_runs_a_study_file_and_refuses_bad_ones(tmp_path, capsys):
         from_dict(GuidanceRecipe, {"batch_size": 8, "min_annotated_per_batch": 8})
 
 
+def test_the_cli_reports_progress_through_logging(tiny_study, tmp_path, capsys):
+    """Progress lines go through the ``rightreasons`` loggers, so ``--quiet`` silences them (they used to be printed
+    whatever the verbosity); the finished study is only read back here, not trained."""
+    out, _ = tiny_study
+    grid = tmp_path / "study.yaml"
+    grid.write_text(json.dumps(TINY))
+    assert main(["study", "guidance", str(grid), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "[1/3] corr1-diff0.5-data0-32px seed 0 baseline: worst group" in captured.err
+    assert captured.out.startswith(f"wrote {out / 'study.md'} (3 runs scored)")
+    assert main(["--quiet", "study", "guidance", str(grid), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith("wrote ")
+
+
 STUDIES = sorted((Path(__file__).resolve().parents[2] / "configs" / "studies").glob("*.yaml"))
 
 
