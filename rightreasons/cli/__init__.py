@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from ..console import configure_logging, plain_text, set_threads
 from ..errors import RightReasonsError
 from ..version import __version__
+from .argtypes import positive_int
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "Parser", "PlainHelpFormatter", "build_parser", "main"]
 
@@ -78,13 +79,6 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The top-level parser, with the real parser of the command named in `argv` (its first word that is a key of
     [`COMMANDS`][rightreasons.cli.COMMANDS]); every other command gets a placeholder with its one-line help, which is
@@ -94,7 +88,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-q", "--quiet", action="store_true", help="print warnings and errors only, no status")
     verbosity.add_argument("-v", "--verbose", action="store_true", help="print debugging detail as well")
-    parser.add_argument("--threads", type=_positive_int, metavar="N",
+    parser.add_argument("--threads", type=positive_int, metavar="N",
                         help="CPU threads for torch (default: torch's choice, one per core); also passed on to "
                              "the processes a command starts")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..choices import WEIGHT_MODES
 from ..errors import UsageError
+from .argtypes import positive_int
 
 if TYPE_CHECKING:  # torch and the zoo are imported only when the command runs, so that `--help` starts at once
     from torch import nn
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     weights.add_argument("--checkpoint", type=Path, help="weights of the standard model (any layout load_weights "
                                                          "reads, or a rightreasons model file)")
     weights.add_argument("--pretrained", action="store_true", help="the released weights of --model")
-    p.add_argument("--num-classes", type=int, help="classes of the checkpoint's classifier (with --model)")
+    p.add_argument("--num-classes", type=positive_int, help="classes of the checkpoint's classifier (with --model)")
     p.add_argument("--b", type=float, default=2.0, help="B-cos exponent B (2: the recipe; 1 keeps the function)")
     p.add_argument("--keep-bias", action="store_true", help="keep every bias (the recipe removes them)")
     p.add_argument("--keep-maxpool", action="store_true", help="keep the stem's max-pooling (the recipe averages)")

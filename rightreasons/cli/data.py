@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..choices import SYNTHETIC_NAMES, SYNTHETIC_SIZES, SYNTHETIC_SPLITS
+from .argtypes import non_negative_int, positive_int, unit_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,15 +17,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "with rightreasons.data.load_dataset(name, DIR, split).")
     s.add_argument("--out", required=True, type=Path, help="output directory")
     s.add_argument("--task", choices=[*SYNTHETIC_NAMES, "all"], default="all", help="which dataset(s) to write")
-    s.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
+    s.add_argument("--size", type=positive_int, default=64, help="image side in pixels (default 64)")
     for split in SYNTHETIC_SPLITS:
-        s.add_argument(f"--n-{split}", type=int, default=SYNTHETIC_SIZES[split],
+        s.add_argument(f"--n-{split}", type=non_negative_int, default=SYNTHETIC_SIZES[split],
                        help=f"images in the {split} split (default {SYNTHETIC_SIZES[split]})")
-    s.add_argument("--correlation", type=float, default=None,
+    s.add_argument("--correlation", type=unit_float, default=None,
                    help="class/background agreement in train and val (default: birds 1.0, multi-label 0.8)")
-    s.add_argument("--difficulty", type=float, default=0.5, help="0 (large, crisp objects) … 1 (small, faint)")
-    s.add_argument("--max-objects", type=int, default=3, help="objects per multi-label image, at most (1-4)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--difficulty", type=unit_float, default=0.5, help="0 (large, crisp objects) … 1 (small, faint)")
+    s.add_argument("--max-objects", type=int, choices=range(1, 5), default=3,
+                   help="objects per multi-label image, at most (1-4)")
+    s.add_argument("--seed", type=non_negative_int, default=0)
     s.set_defaults(func=run)
 
 

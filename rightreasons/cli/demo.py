@@ -1,7 +1,7 @@
 """``rightreasons demo``: the main job — baseline, Energy- and L1-guided B-cos models on the synthetic Waterbirds-like
 benchmark, evaluated on its balanced test split, with a report.
 
-    rightreasons demo                     # 3 seeds, <= 10 minutes on 2 CPU cores; writes runs/demo/report.md
+    rightreasons demo                     # 3 seeds, about 11 minutes on 2 CPU cores; writes runs/demo/report.md
     rightreasons demo --quick --out /tmp/demo   # 1 seed, fewer images and epochs, <= 2 minutes
 """
 
@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .argtypes import positive_int
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="guide B-cos models on the synthetic Waterbirds-like benchmark and "
                                            "write a report (results.json, report.md, figures)")
     p.add_argument("--quick", action="store_true", help="1 seed, fewer images and epochs (a smoke run of every stage)")
     p.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (default: runs/demo)")
-    p.add_argument("--seeds", type=int, default=None, help="training seeds (default: 3; with --quick: 1)")
+    p.add_argument("--seeds", type=positive_int, default=None, help="training seeds (default: 3; with --quick: 1)")
     p.set_defaults(func=run_demo_command)
 
 

@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 
 from ..errors import UsageError
+from .argtypes import non_negative_int, positive_int
 
 __all__ = ["register"]
 
@@ -53,10 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="dataset name (data.name)")
     p.add_argument("--root", help="dataset root directory (data.root)")
     p.add_argument("--split", help="split to cache (data.train_split, default train)")
-    p.add_argument("--image-size", type=int, help="training resolution (data.image_size)")
+    p.add_argument("--image-size", type=positive_int, help="training resolution (data.image_size)")
     p.add_argument("--out", type=Path, required=True, help="cache directory (a partial cache there is resumed)")
-    p.add_argument("--batch-size", type=int, help="images per teacher call (default data.eval_batch_size)")
-    p.add_argument("--shard-size", type=int, help="images per shard (default: about 256 MiB per shard)")
+    p.add_argument("--batch-size", type=positive_int, help="images per teacher call (default data.eval_batch_size)")
+    p.add_argument("--shard-size", type=positive_int, help="images per shard (default: about 256 MiB per shard)")
     p.set_defaults(func=run_cache)
 
     p = subparsers.add_parser("analyze", help="analyses of trained models")
@@ -68,12 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--root", help="dataset root directory")
     s.add_argument("--split", default="test", help="split to draw images from (default test)")
     s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="dataset option (repeatable)")
-    s.add_argument("--image-size", type=int, default=None,
+    s.add_argument("--image-size", type=positive_int, default=None,
                    help=f"model input size (default: the data.image_size the model files were trained at, else "
                         f"{DEFAULT_SHIFT_SIZE})")
-    s.add_argument("--max-shift", type=int, default=32, help="largest diagonal shift in pixels (default 32)")
-    s.add_argument("--num-images", type=int, default=64, help="images to average over (default 64)")
-    s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--max-shift", type=non_negative_int, default=32,
+                   help="largest diagonal shift in pixels (default 32)")
+    s.add_argument("--num-images", type=positive_int, default=64, help="images to average over (default 64)")
+    s.add_argument("--batch-size", type=positive_int, default=16)
     s.add_argument("--explanation", default="auto", metavar="METHOD",
                    help="explanation compared: auto (W(x), bcos_weights, for B-cos models, GradCAM otherwise) or a "
                         "method of rightreasons.explain.METHODS, e.g. gradcam")
@@ -181,10 +183,8 @@ def run_shift(args: argparse.Namespace) -> int:
     explanations = [c for c in EXPLANATION_CHOICES if c != "none"]
     if args.explanation not in explanations:
         raise UsageError(f"--explanation {args.explanation!r}: expected one of {', '.join(explanations)}")
-    if args.max_shift < 0 or args.num_images < 1:
-        raise UsageError("--max-shift must be >= 0 and --num-images >= 1")
     specs = [_model_source(spec) for spec in args.model]
-    size = args.image_size or _shift_size([source for _, source in specs])
+    size = args.image_size if args.image_size is not None else _shift_size([source for _, source in specs])
     canvas = size + args.max_shift
     dataset = load_dataset(args.data, args.root, args.split, transform=eval_transform(canvas, encoding="none",
                                                                                       crop_fraction=1.0),

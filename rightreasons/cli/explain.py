@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from .argtypes import non_negative_int, positive_int
 
 if TYPE_CHECKING:  # torch is imported only when the command runs, so that `--help` starts at once
     from torch import Tensor, nn
@@ -46,9 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     weights.add_argument("--pretrained", action="store_true", help="the released weights of --model")
     weights.add_argument("--random-weights", action="store_true",
                          help="explain --model with untrained, random weights (for testing the pipeline only)")
-    p.add_argument("--num-classes", type=int, help="number of classes of the checkpoint's classifier")
-    p.add_argument("--target", type=int, help="class to explain (default: the predicted class of each image)")
-    p.add_argument("--size", type=int, default=224, help="resize the shorter side and centre-crop to SIZE (224)")
+    p.add_argument("--num-classes", type=positive_int, help="number of classes of the checkpoint's classifier")
+    p.add_argument("--target", type=non_negative_int,
+                   help="class to explain (default: the predicted class of each image)")
+    p.add_argument("--size", type=positive_int, default=224,
+                   help="resize the shorter side and centre-crop to SIZE (224)")
     p.add_argument("--probability", choices=sorted(LINKS), default="sigmoid",
                    help="how logits become the probability in the figure title: sigmoid (BCE-trained, the B-cos "
                         "recipe; default) or softmax (trained with softmax cross-entropy)")

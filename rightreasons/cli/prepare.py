@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .argtypes import unit_float
+
 __all__ = ["DEFAULT_ROOTS", "register", "run_coco", "run_voc", "run_waterbirds"]
 
 #: dataset → the ``data.root`` of its configs in ``configs/guidance/``
@@ -55,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _root(s, "waterbirds100", "the folder holding metadata.csv and the images")
     s.add_argument("--segmentations", type=Path,
                    help="CUB-200-2011's segmentations/ directory (from segmentations.tgz): builds ROOT/boxes.csv")
-    s.add_argument("--threshold", type=float, default=0.5, help="mask threshold in [0, 1] (default 0.5)")
+    s.add_argument("--threshold", type=unit_float, default=0.5, help="mask threshold in [0, 1] (default 0.5)")
     s.add_argument("--box-file", default="boxes.csv", help="box file name inside ROOT (default boxes.csv)")
     s.set_defaults(func=run_waterbirds)
 

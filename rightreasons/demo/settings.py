@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import UsageError
 from ..experiments.guidance_study import DataVariant, GuidanceRecipe, GuidedVariant
 
 __all__ = ["DemoSettings", "DistillationSettings", "GuidedVariant"]
@@ -39,10 +40,10 @@ class DistillationSettings:
     def __post_init__(self) -> None:
         known = ("kd", "e2kd", "e2kd_frozen")
         if not self.modes or any(mode not in known for mode in self.modes):
-            raise ValueError(f"distillation.modes must be a non-empty selection of {list(known)}, got "
+            raise UsageError(f"distillation.modes must be a non-empty selection of {list(known)}, got "
                              f"{list(self.modes)}")
         if self.epochs < 1 or self.val_images < 1:
-            raise ValueError(f"distillation.epochs and distillation.val_images must be >= 1, got {self.epochs} and "
+            raise UsageError(f"distillation.epochs and distillation.val_images must be >= 1, got {self.epochs} and "
                              f"{self.val_images}")
 
 
@@ -87,15 +88,15 @@ class DemoSettings:
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
-            raise ValueError(f"the demo needs at least one seed, got seeds={self.seeds}")
+            raise UsageError(f"the demo needs at least one seed, got seeds={self.seeds}")
         unknown = sorted(set(self.data_options) - {"correlation", "difficulty", "seed"})
         if unknown:
-            raise ValueError(f"data_options may set correlation, difficulty and seed, got {unknown}")
+            raise UsageError(f"data_options may set correlation, difficulty and seed, got {unknown}")
         names = [v.name for v in self.variants]
         if "baseline" in names or len(set(names)) != len(names):
-            raise ValueError(f"guided variant names must be unique and not 'baseline', got {names}")
+            raise UsageError(f"guided variant names must be unique and not 'baseline', got {names}")
         if self.distillation.teacher not in self.models:
-            raise ValueError(f"distillation.teacher {self.distillation.teacher!r} is not one of the demo's models "
+            raise UsageError(f"distillation.teacher {self.distillation.teacher!r} is not one of the demo's models "
                              f"{list(self.models)}")
 
     @classmethod

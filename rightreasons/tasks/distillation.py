@@ -233,9 +233,9 @@ def write_teacher_cache(config: DistillConfig, out: str | Path, *, batch_size: i
         def report(done: int, total: int) -> None:
             print(f"cache: {done}/{total} shards written by process 0", flush=True)
 
-    return write_cache(explainer, dataset, out, setting, batch_size=batch_size or data.eval_batch_size,
-                       shard_size=shard_size, device=state.device, rank=state.process_index,
-                       world_size=state.num_processes, barrier=state.wait_for_everyone,
-                       gather=lambda value: gather_object([value]), progress=report,
+    batch_size = data.eval_batch_size if batch_size is None else batch_size
+    return write_cache(explainer, dataset, out, setting, batch_size=batch_size, shard_size=shard_size,
+                       device=state.device, rank=state.process_index, world_size=state.num_processes,
+                       barrier=state.wait_for_everyone, gather=lambda value: gather_object([value]), progress=report,
                        provenance={"teacher_checkpoint": config.teacher.checkpoint, "shots": config.distill.shots,
                                    "shots_seed": config.distill.shots_seed})

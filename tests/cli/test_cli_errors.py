@@ -53,3 +53,57 @@ def test_generation_options_on_a_synthetic_dataset_read_from_disk_are_one_error_
     assert err.startswith("rightreasons cache: error: ") and err.count("\n") == 1
     assert "data.options" in err and "'n', 'size'" in err and "index.json" in err
     assert not (tmp_path / "cache").exists()
+
+
+_IMAGE_OPTIONS = ["--data", "synthetic-birds", "--image-size", "32", "--num-images", "2"]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["demo", "--seeds", "0"], "--seeds"),
+    (["demo", "--quick", "--seeds", "-2"], "--seeds"),
+    (["data", "synth", "--task", "synthetic-birds", "--size", "0"], "--size"),
+    (["data", "synth", "--task", "synthetic-birds", "--size", "32", "--n-train", "-3"], "--n-train"),
+    (["data", "synth", "--task", "synthetic-birds", "--size", "32", "--correlation", "2"], "--correlation"),
+    (["data", "synth", "--task", "synthetic-birds", "--size", "32", "--correlation", "nan"], "--correlation"),
+    (["data", "synth", "--task", "synthetic-birds", "--size", "32", "--difficulty", "3"], "--difficulty"),
+    (["data", "synth", "--task", "synthetic-multilabel", "--size", "32", "--max-objects", "5"], "--max-objects"),
+    (["data", "synth", "--task", "synthetic-birds", "--size", "32", "--seed", "-1"], "--seed"),
+    (["analyze", "shift", "--model", "bcos_resnet18", *_IMAGE_OPTIONS, "--batch-size", "0"], "--batch-size"),
+    (["analyze", "shift", "--model", "bcos_resnet18", "--data", "synthetic-birds", "--image-size", "0"],
+     "--image-size"),
+    (["cache", "--config", "configs/distill/synthetic.yaml", "--batch-size", "0"], "--batch-size"),
+    (["cache", "--config", "configs/distill/synthetic.yaml", "--shard-size", "0"], "--shard-size"),
+])
+def test_out_of_range_command_line_numbers_are_one_error_line(tmp_path, capsys, args, named):
+    """Each of these once ended in a traceback (a ValueError or RuntimeError from deep inside) or, worse, was taken as
+    "use the default" (``--image-size 0``, ``--batch-size 0``)."""
+    out = ["--out", str(tmp_path / "out")]
+    try:
+        code = cli.main(args + out)
+    except SystemExit as e:  # argparse ends a bad command line itself
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    last = err.rstrip("\n").splitlines()[-1]  # argparse prints its usage first
+    assert "Traceback" not in err and " error: " in last and named in last, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option, named", [
+    ("correlation=2", "correlation"), ("difficulty=-0.5", "difficulty"), ("n=-5", "n"), ("size=abc", "size"),
+    ("seed=1.5", "seed"),
+])
+def test_out_of_range_synthetic_options_in_a_config_are_one_error_line(tmp_path, capsys, option, named):
+    """``data.options`` of an in-memory synthetic dataset go to its generator; bad ones used to raise a ValueError,
+    TypeError or RuntimeError traceback once training had started building its datasets."""
+    assert cli.main(["train", "--config", str(_synthetic_train_config(tmp_path)), f"data.options.{option}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rightreasons train: error: ") and err.count("\n") == 1, err
+    assert f"{named!r}" in err or f"'{named}'" in err, err
+
+
+def _synthetic_train_config(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text(f"output_dir: {tmp_path / 'run'}\nmodel: {{name: bcos_resnet18, kwargs: {{inplanes: 8}}}}\n"
+                    "data: {name: synthetic-birds, image_size: 32, options: {n: 8}}\noptim: {epochs: 1}\n")
+    return path
