@@ -23,9 +23,11 @@ from torch.utils.data import Dataset
 
 from .annotations import select_annotated
 from ..boxes import dilate_boxes
+from ..errors import UsageError
 from .box_policy import BOX_POLICIES, check_boxes
 from .errors import DataError, where
 from .io import MAX_PIXELS, inside_root, read_image, read_mask
+from .options import require_int, require_number
 from .sample import make_sample
 
 __all__ = ["AnnotatedDataset", "Records"]
@@ -102,9 +104,13 @@ class AnnotatedDataset(Dataset):
                  box_policy: str = "clip", max_pixels: int | None = MAX_PIXELS,
                  group_names: Sequence[str] | None = None) -> None:
         if box_policy not in BOX_POLICIES:
-            raise ValueError(f"unknown box_policy {box_policy!r}; expected one of {', '.join(BOX_POLICIES)}")
-        if box_dilation < 0:
-            raise ValueError(f"box_dilation must be >= 0, got {box_dilation}")
+            raise UsageError(f"dataset option 'box_policy' must be one of {', '.join(BOX_POLICIES)}, got "
+                             f"{box_policy!r}")
+        require_number("box_dilation", box_dilation, 0.0)
+        require_number("annotated_fraction", annotated_fraction, 0.0, 1.0)
+        require_int("annotation_seed", annotation_seed, 0)
+        if max_pixels is not None:
+            require_int("max_pixels", max_pixels, 1)
         if records.labels.shape[1:] != (len(classes),):
             raise ValueError(f"labels of shape {records.labels.shape} do not match {len(classes)} classes")
         if records.groups is not None and group_names is not None and len(records.groups) \
@@ -120,8 +126,6 @@ class AnnotatedDataset(Dataset):
         self.transform = transform
         self.box_policy = box_policy
         self.box_dilation = float(box_dilation)
-        if max_pixels is not None and max_pixels < 1:
-            raise ValueError(f"max_pixels must be >= 1 or None, got {max_pixels}")
         self.max_pixels = max_pixels
         self.annotated = select_annotated(len(records), annotated_fraction, annotation_seed)
 

@@ -17,14 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..classification import ClassificationLossName
-from ..config import expect
+from ..config import FieldError, expect
+from ..errors import UnknownNameError, UsageError
 from ..explain.methods import MapMethodName
 from ..guidance.losses import GuidanceReduction, LossName
 from ..guidance.objective import ExplainChoice
+from ..hub import get_model_spec
 from .optim import OptimizerName, ScheduleName
 
 __all__ = ["CheckpointConfig", "DataConfig", "EvalConfig", "GuidanceConfig", "LossConfig", "ModelConfig",
-           "OptimConfig", "TrainConfig"]
+           "OptimConfig", "RESERVED_DATA_OPTIONS", "TrainConfig"]
+
+RESERVED_DATA_OPTIONS: dict[str, str] = {"transform": "data.image_size, data.augment and data.crop_scale",
+                                         "annotated_fraction": "data.annotated_fraction", "annotation_seed": "seed"}
+"""``load_dataset`` options that training sets itself from other keys, so ``data.options`` may not hold them."""
 
 
 @dataclass
@@ -59,12 +65,21 @@ class ModelConfig:
         expect("num_classes" not in self.kwargs, "kwargs", self.kwargs,
                "constructor arguments without num_classes (the number of classes comes from the data, or for a "
                "student from its teacher)")
+        try:
+            spec = get_model_spec(self.name.partition(".")[0])
+        except UnknownNameError as e:
+            raise FieldError("name", str(e)) from None
+        try:
+            spec.check_arguments(self.kwargs)
+        except UsageError as e:
+            raise FieldError("kwargs", str(e)) from None
         expect(isinstance(self.sync_bn, bool), "sync_bn", self.sync_bn, "true or false")
 
 
 @dataclass
 class DataConfig:
-    """Dataset, splits, resolution and loading. ``options`` go to ``rightreasons.data.load_dataset``."""
+    """Dataset, splits, resolution and loading. ``options`` go to ``rightreasons.data.load_dataset`` (all but
+    :data:`RESERVED_DATA_OPTIONS`, which training sets from other keys)."""
 
     name: str = "synthetic-birds"
     root: str | None = None
@@ -81,6 +96,9 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         expect(bool(self.name.strip()), "name", self.name, "a dataset name")
+        clash = [key for key in RESERVED_DATA_OPTIONS if key in self.options]
+        expect(not clash, "options", self.options, "dataset options other than " + ", ".join(
+            f"{key} (set by {RESERVED_DATA_OPTIONS[key]})" for key in clash))
         expect(self.root is None or bool(self.root.strip()), "root", self.root, "a directory or null")
         expect(0.0 <= self.annotated_fraction <= 1.0, "annotated_fraction", self.annotated_fraction,
                "a fraction in [0, 1]")
@@ -233,5 +251,6 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         expect(bool(self.output_dir.strip()), "output_dir", self.output_dir, "a directory path")
+        expect(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         expect(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "an integer >= 1 or null")
         expect(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")

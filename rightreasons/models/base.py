@@ -13,7 +13,14 @@ from torch import Tensor, nn
 from ..bcos.layers import BcosConv2d, LogitLayer, default_logit_bias
 from ..encoding import check_input_channels
 
-__all__ = ["BcosCNN"]
+__all__ = ["BcosCNN", "check_drop_probability"]
+
+
+def check_drop_probability(name: str, p: float) -> None:
+    """Refuse a stochastic-depth or dropout probability ``p`` (argument ``name``) outside [0, 1) at construction,
+    not at the first forward pass."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p}")
 
 
 class BcosCNN(nn.Module):
@@ -34,6 +41,8 @@ class BcosCNN(nn.Module):
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if in_chans < 1:
+            raise ValueError(f"in_chans must be >= 1, got {in_chans}")
         self.num_classes = num_classes
         self.in_chans = in_chans
         self._conv_args = {"b": b, "max_out": max_out}

@@ -30,7 +30,7 @@ from torchvision.ops import StochasticDepth
 
 from ..bcos.norms import NormFactory, get_norm_layer
 from ..hub.registry import register_model
-from .base import BcosCNN
+from .base import BcosCNN, check_drop_probability
 
 __all__ = ["CONVNEXT_SIZES", "BcosConvNeXt", "CNBlock"]
 
@@ -96,6 +96,7 @@ class BcosConvNeXt(BcosCNN):
                  stochastic_depth_prob: float = 0.0, layer_scale: float = 1e-6) -> None:
         if len(depths) != 4 or len(dims) != 4:
             raise ValueError(f"BcosConvNeXt needs four stages, got depths={list(depths)} and dims={list(dims)}")
+        check_drop_probability("stochastic_depth_prob", stochastic_depth_prob)
         super().__init__(num_classes, in_chans, b, max_out, logit_bias, logit_temperature)
         norm = _norm_factory(norm_layer)
 

@@ -19,7 +19,7 @@ from torchvision.ops import StochasticDepth
 
 from ..bcos.norms import NormFactory, get_norm_layer
 from ..hub.registry import register_model
-from .base import BcosCNN
+from .base import BcosCNN, check_drop_probability
 
 __all__ = ["RESNET_STAGES", "BasicBlock", "Bottleneck", "BcosResNet"]
 
@@ -105,6 +105,9 @@ class BcosResNet(BcosCNN):
                  stochastic_depth_prob: float = 0.0) -> None:
         if len(layers) not in (3, 4):
             raise ValueError(f"BcosResNet needs 3 or 4 stages, got layers={list(layers)}")
+        if inplanes < 1:
+            raise ValueError(f"inplanes must be >= 1, got {inplanes}")
+        check_drop_probability("stochastic_depth_prob", stochastic_depth_prob)
         super().__init__(num_classes, in_chans, b, max_out, logit_bias, logit_temperature)
         norm = get_norm_layer(norm_layer)
         conv = self.conv

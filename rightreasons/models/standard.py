@@ -42,6 +42,7 @@ from torchvision.models import densenet as tv_densenet
 from torchvision.models import resnet as tv_resnet
 
 from ..encoding import check_input_channels
+from ..errors import UsageError
 from ..hub.registry import register_model
 from .densenet import DENSENET_CONFIGS, DENSENET_STAGES
 from .resnet import RESNET_STAGES
@@ -247,10 +248,14 @@ class StandardSimpleViT(SimpleViT):
 
 
 def vision_transformer(arch: str, **kwargs: Any) -> nn.Module:
-    """timm's ViT ``arch`` without weights (``img_size``, ``num_classes``, ... are passed through to timm)."""
+    """timm's ViT ``arch`` without weights (``img_size``, ``num_classes``, ... are passed through to timm, which
+    checks them: what it refuses is the caller's error, a :class:`~rightreasons.errors.UsageError`)."""
     import timm
 
-    return timm.create_model(arch, pretrained=False, **kwargs)
+    try:
+        return timm.create_model(arch, pretrained=False, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"timm's {arch} refuses the arguments {kwargs}: {type(e).__name__}: {e}") from e
 
 
 _RESNETS = {

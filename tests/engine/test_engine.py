@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from rightreasons.config import from_dict, load_config
 from rightreasons.engine import TrainConfig, Trainer
-from rightreasons.errors import ConfigError, TrainingError, UnknownNameError
+from rightreasons.errors import ConfigError, TrainingError
 from rightreasons.tasks import ClassificationTask, run
 
 BASE = """
@@ -91,11 +91,10 @@ def test_yaml_is_read_with_a_safe_loader(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------- bad input
-def test_unknown_model_lists_close_matches(tmp_path):
-    config = from_dict(TrainConfig, {"output_dir": str(tmp_path / "r"), "cpu": True,
-                                     "model": {"name": "bcos_resnet81"}, "data": {"options": {"n": 16}}})
-    with pytest.raises(UnknownNameError, match="bcos_resnet18"):
-        Trainer(ClassificationTask(config))
+def test_unknown_model_lists_close_matches_when_the_config_is_read(tmp_path):
+    with pytest.raises(ConfigError, match=r"model\.name: unknown model 'bcos_resnet81'; did you mean bcos_resnet18"):
+        from_dict(TrainConfig, {"output_dir": str(tmp_path / "r"), "model": {"name": "bcos_resnet81"}})
+    assert not (tmp_path / "r").exists()
 
 
 def test_guide_without_annotated_images_is_an_error(tmp_path):

@@ -3,6 +3,8 @@ what every call site reads (encoding → transforms, stages → layers, B-cos �
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torchvision
@@ -74,3 +76,37 @@ def test_registry_errors_name_what_exists():
         rightreasons.create_model("bcos_resnet18", inplanse=8)
     with pytest.raises(UsageError, match="num_classes must be >= 1"):
         rightreasons.create_model("bcos_resnet18", num_classes=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"b": "nan"}, "b='nan' should be a number"),
+    ({"inplanes": 8.5}, "inplanes=8.5 should be an integer"),
+    ({"small_inputs": 1}, "small_inputs=1 should be true or false"),
+    ({"logit_bias": "0"}, "logit_bias='0' should be a number or null"),
+    ({"norm_layer": 3}, None),  # str | callable: only the constructor can judge it
+])
+def test_constructor_arguments_are_checked_against_their_annotations(kwargs, message):
+    spec = get_model_spec("bcos_resnet18")
+    if message is None:
+        spec.check_arguments(kwargs)
+    else:
+        with pytest.raises(UsageError, match=re.escape(message)):
+            spec.check_arguments(kwargs)
+    spec.check_arguments({"b": 2, "inplanes": 8, "small_inputs": True, "logit_bias": None})  # an int is a number
+
+
+def test_a_wrongly_typed_argument_is_a_usage_error_for_every_registered_model():
+    """Checked against the builder's annotations, by the source model's check (B-cosified models) or by timm (timm
+    ViTs); before this, a string where a number belongs ended in a TypeError traceback from a comparison."""
+    for name in rightreasons.list_models():
+        with torch.device("meta"), pytest.raises(UsageError, match="num_classes|ten"):
+            rightreasons.create_model(name, num_classes="ten")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"in_chans": 0}, "in_chans must be >= 1"), ({"inplanes": 0}, "inplanes must be >= 1"),
+    ({"stochastic_depth_prob": 2.0}, r"stochastic_depth_prob must be in \[0, 1\)"),
+])
+def test_out_of_range_widths_are_refused_when_building_not_at_the_first_forward(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        rightreasons.create_model("bcos_resnet18", **kwargs)

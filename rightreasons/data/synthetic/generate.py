@@ -45,6 +45,7 @@ from ...choices import SYNTHETIC_SIZES as DEFAULT_SIZES
 from ...choices import SYNTHETIC_SPLITS as SPLITS
 from ...errors import UsageError
 from ..base import Records
+from ..options import require_int, require_number
 from .draw import (EXTENT, SHAPES, backgrounds, composite, draw_objects, finish, object_colours, place_quadrants,
                    tight_boxes, uniform)
 
@@ -73,17 +74,17 @@ class SyntheticConfig:
     sizes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SIZES))
 
     def __post_init__(self) -> None:
-        _check_int("size", self.size, 16, "synthetic images need a side of at least 16 pixels")
+        require_int("size", self.size, 16, why="synthetic images need a side of at least 16 pixels")
         if self.correlation is not None:
-            _check_fraction("correlation", self.correlation)
-        _check_fraction("difficulty", self.difficulty)
-        _check_int("seed", self.seed, 0)
-        _check_int("max_objects", self.max_objects, 1, "one object per quadrant", at_most=4)
+            require_number("correlation", self.correlation, 0.0, 1.0)
+        require_number("difficulty", self.difficulty, 0.0, 1.0)
+        require_int("seed", self.seed, 0)
+        require_int("max_objects", self.max_objects, 1, at_most=4, why="one object per quadrant")
         unknown = set(self.sizes) - set(SPLITS)
         if unknown:
             raise UsageError(f"unknown split(s) {sorted(unknown)}; expected {', '.join(SPLITS)}")
         for split, n in self.sizes.items():
-            _check_int(f"sizes.{split}", n, 0)
+            require_int(f"sizes.{split}", n, 0)
 
     def correlation_for(self, task: str) -> float:
         if self.correlation is not None:
@@ -191,29 +192,13 @@ def generate(task: str, split: str, n: int | None = None, config: SyntheticConfi
         return _generate(task, split, n, config or SyntheticConfig())
 
 
-def _check_int(option: str, value: object, at_least: int, why: str = "", at_most: int | None = None) -> None:
-    """Refuse synthetic option ``option`` unless ``value`` is an integer in ``[at_least, at_most]``."""
-    fits = isinstance(value, int) and not isinstance(value, bool) and value >= at_least \
-        and (at_most is None or value <= at_most)
-    if not fits:
-        bound = f">= {at_least}" if at_most is None else f"in {at_least}..{at_most}"
-        raise UsageError(f"synthetic option {option!r} must be an integer {bound}{f' ({why})' if why else ''}, "
-                         f"got {value!r}")
-
-
-def _check_fraction(option: str, value: object) -> None:
-    """Refuse synthetic option ``option`` unless ``value`` is a number in [0, 1] (NaN is not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise UsageError(f"synthetic option {option!r} must be a number in [0, 1], got {value!r}")
-
-
 def _generate(task: str, split: str, n: int | None, config: SyntheticConfig) -> SyntheticData:
     if task not in TASKS:
         raise UsageError(f"unknown synthetic task {task!r}; expected birds or multilabel")
     if split not in SPLITS:
         raise UsageError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if n is not None:
-        _check_int("n", n, 0)
+        require_int("n", n, 0)
     n = config.sizes.get(split, DEFAULT_SIZES[split]) if n is None else n
     task_id, split_id = (0 if task == "birds" else 1), SPLITS.index(split)
     balanced = task == "birds" and split in ("val", "test")
