@@ -26,11 +26,26 @@ from ..hub import get_model_spec
 from .optim import OptimizerName, ScheduleName
 
 __all__ = ["CheckpointConfig", "DataConfig", "EvalConfig", "GuidanceConfig", "LossConfig", "ModelConfig",
-           "OptimConfig", "RESERVED_DATA_OPTIONS", "TrainConfig"]
+           "OptimConfig", "RESERVED_DATA_OPTIONS", "TrainConfig", "check_architecture"]
 
 RESERVED_DATA_OPTIONS: dict[str, str] = {"transform": "data.image_size, data.augment and data.crop_scale",
                                          "annotated_fraction": "data.annotated_fraction", "annotation_seed": "seed"}
 """``load_dataset`` options that training sets itself from other keys, so ``data.options`` may not hold them."""
+
+
+def check_architecture(name: str, kwargs: dict[str, Any]) -> None:
+    """Refuse a model section whose ``name`` is not registered (``name`` may carry a weights tag, ``arch.tag``) or
+    whose ``kwargs`` the architecture does not take or has the wrong type for
+    (:meth:`~rightreasons.hub.ModelSpec.check_arguments`): a :class:`~rightreasons.config.FieldError` on ``name`` or
+    ``kwargs``, raised when the config is read rather than when the model is built."""
+    try:
+        spec = get_model_spec(name.partition(".")[0])
+    except UnknownNameError as e:
+        raise FieldError("name", str(e)) from None
+    try:
+        spec.check_arguments(kwargs)
+    except UsageError as e:
+        raise FieldError("kwargs", str(e)) from None
 
 
 @dataclass
@@ -65,14 +80,7 @@ class ModelConfig:
         expect("num_classes" not in self.kwargs, "kwargs", self.kwargs,
                "constructor arguments without num_classes (the number of classes comes from the data, or for a "
                "student from its teacher)")
-        try:
-            spec = get_model_spec(self.name.partition(".")[0])
-        except UnknownNameError as e:
-            raise FieldError("name", str(e)) from None
-        try:
-            spec.check_arguments(self.kwargs)
-        except UsageError as e:
-            raise FieldError("kwargs", str(e)) from None
+        check_architecture(self.name, self.kwargs)
         expect(isinstance(self.sync_bn, bool), "sync_bn", self.sync_bn, "true or false")
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from ..distill.explanations import EXPLANATION_CHOICES
 from ..distill.objective import LogitLossName
 from ..config import expect
-from ..engine.schema import TrainConfig
+from ..engine.schema import TrainConfig, check_architecture
 
 ExplanationChoice = Literal[EXPLANATION_CHOICES]  # type: ignore[valid-type]
 
@@ -47,6 +47,8 @@ class TeacherConfig:
             raise ValueError("teacher.pretrained and teacher.kwargs need teacher.name; a model file written by "
                              "rightreasons names its own architecture and arguments, so with teacher.name=null also "
                              "set teacher.kwargs={} and teacher.pretrained=false")
+        if self.name is not None:
+            check_architecture(self.name, self.kwargs)
 
 
 @dataclass
@@ -107,6 +109,7 @@ class DistillSection:
         expect(self.frozen is None or bool(self.frozen.strip()), "frozen", self.frozen, "a cache directory or null")
         expect(0 < self.crop_fraction <= 1, "crop_fraction", self.crop_fraction, "a fraction in (0, 1]")
         expect(self.shots is None or self.shots >= 1, "shots", self.shots, "an integer >= 1 or null")
+        expect(self.shots_seed >= 0, "shots_seed", self.shots_seed, "an integer >= 0")
         if self.frozen is not None and self.at_weight > 0:
             raise ValueError("distill.frozen caches logits and explanations only; attention transfer "
                              "(at_weight > 0) needs the live teacher")

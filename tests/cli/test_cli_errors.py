@@ -118,3 +118,19 @@ def _synthetic_train_config(tmp_path):
     path.write_text(f"output_dir: {tmp_path / 'run'}\nmodel: {{name: bcos_resnet18, kwargs: {{inplanes: 8}}}}\n"
                     "data: {name: synthetic-birds, image_size: 32, options: {n: 8}}\noptim: {epochs: 1}\n")
     return path
+
+
+@pytest.mark.parametrize("override, named", [
+    ("teacher.name=bcos_resnet81", "teacher.name: unknown model 'bcos_resnet81'; did you mean bcos_resnet18"),
+    ("teacher.kwargs.b=nan", "teacher.kwargs: bcos_cifar10_resnet20: constructor argument b='nan'"),
+    ("distill.shots_seed=-1", "distill.shots_seed: expected an integer >= 0"),
+])
+def test_bad_distillation_config_values_are_one_error_line_before_anything_is_built(tmp_path, capsys, override,
+                                                                                    named):
+    """The teacher's name and arguments are checked when the config is read, with the key path in the message (an
+    unknown teacher used to be reported without saying it was the teacher's name, once training had started)."""
+    assert cli.main(["distill", "--config", "configs/distill/synthetic.yaml", override,
+                     f"output_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rightreasons distill: error: configs/distill/synthetic.yaml: ") and named in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()
