@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
-from ..config import expect
+from ..config import FieldError, expect
 from ..data import AnnotatedDataset, load_dataset, transforms_for
 from ..engine.schema import GuidanceConfig
+from ..errors import ConfigError
 from ..evaluation import classifier_evaluators, evaluate
 from ..fileio import write_json_atomic, write_text_atomic
 from ..hub import load_model
@@ -42,6 +43,8 @@ __all__ = ["DataVariant", "GuidanceRecipe", "GuidanceStudy", "GuidedVariant", "T
 DATASET = "synthetic-birds"
 #: what every model is scored on in the test split (fractions in [0, 1])
 TEST_METRICS = ("accuracy", "worst_group_accuracy", "epg", "iou")
+#: the validation metrics a recipe can select checkpoints by (validation during a study scores classification only)
+SELECTABLE = ("score", "accuracy", "worst_group_accuracy")
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class GuidanceRecipe:
                "null or at least one batch")
         expect(0 <= self.min_annotated_per_batch < self.batch_size, "min_annotated_per_batch",
                self.min_annotated_per_batch, "an integer in [0, batch_size)")
+        expect(self.select in SELECTABLE, "select", self.select,
+               f"one of {', '.join(SELECTABLE)} (validation scores classification only)")
 
     def data_options(self, variant: DataVariant, split: str) -> dict[str, Any]:
         """``load_dataset`` options of ``split`` (train, val or test) of ``variant``."""
@@ -178,10 +183,28 @@ class GuidanceStudy:
         expect(all(0 < f <= 1 for f in self.annotated_fraction), "annotated_fraction", self.annotated_fraction,
                "values in (0, 1]")
         expect(all(s >= 16 for s in self.image_size), "image_size", self.image_size, "sizes >= 16")
+        expect(all(s >= 0 for s in self.data_seed), "data_seed", self.data_seed, "seeds >= 0")
         names = [m.name for m in self.methods]
         expect(len(set(names)) == len(names), "methods", names, "methods with distinct names")
         expect(all(m.annotated_fraction is None for m in self.methods), "methods", names,
                "methods without annotated_fraction (the study's fractions are its annotated_fraction axis)")
+        self._check_trainings()
+
+    def _check_trainings(self) -> None:
+        """Build, without running, the training config of every baseline and fine-tuning, so that a value a training
+        would refuse (an unknown model, a loss, a learning rate) is an error before the first training starts."""
+        unused = Path("unused")
+        for variant in self.variants:
+            try:
+                self.recipe.run(variant, 0, unused).config()
+            except ConfigError as e:
+                raise FieldError("recipe", f"the baselines would not train: {e}") from None
+            for i, method in enumerate(self.methods):
+                for fraction in self.annotated_fraction:
+                    try:
+                        self.recipe.run(variant, 0, unused, method, fraction, baseline=unused).config()
+                    except ConfigError as e:
+                        raise FieldError(f"methods[{i}]", f"its fine-tunings would not train: {e}") from None
 
     @property
     def variants(self) -> list[DataVariant]:

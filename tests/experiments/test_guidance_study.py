@@ -106,6 +106,26 @@ def test_the_cli_runs_a_study_file_and_refuses_bad_ones(tmp_path, capsys):
         from_dict(GuidanceRecipe, {"batch_size": 8, "min_annotated_per_batch": 8})
 
 
+@pytest.mark.parametrize("setting, named", [
+    ("recipe.model=bcos_resnet81", "recipe: the baselines would not train: model.name: unknown model"),
+    ("recipe.model_kwargs.b=nan", "constructor argument b='nan'"),
+    ("recipe.guided_lr=-1", "methods[0]: its fine-tunings would not train: optim.lr"),
+    ("recipe.crop_scale=[0.9, 0.1]", "data.crop_scale"),
+    ("recipe.select=epg", "recipe.select"),
+    ("methods=[{name: x, loss: lasso, weight: 1}]", "methods[0]: its fine-tunings would not train: guidance.loss"),
+    ("data_seed=[-1]", "data_seed"),
+])
+def test_a_dry_run_refuses_what_would_stop_a_training_later(tmp_path, capsys, setting, named):
+    """A dry run used to accept these; the study then trained its first baseline (or all baselines) before a
+    training refused the value. ``select: epg`` is refused because the study's validation scores classification
+    only."""
+    assert main(["study", "guidance", "configs/studies/guidance.yaml", "--out", str(tmp_path / "out"), "--dry-run",
+                 "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rightreasons study: error: configs/studies/guidance.yaml: ") and named in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
 def test_the_cli_reports_progress_through_logging(tiny_study, tmp_path, capsys):
     """Progress lines go through the ``rightreasons`` loggers, so ``--quiet`` silences them (they used to be printed
     whatever the verbosity); the finished study is only read back here, not trained."""
