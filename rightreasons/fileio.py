@@ -13,17 +13,18 @@ This module imports nothing of rightreasons but the crash-test boundaries (:mod:
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .faults import boundary
 
-__all__ = ["atomic_write", "file_digest", "fsync_path", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_write", "file_digest", "fsync_path", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
 
@@ -73,6 +74,17 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_csv_atomic(path: str | os.PathLike, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+    """Write a CSV file (``header`` line, then ``rows``) to ``path`` atomically."""
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(rows)
+
+    return atomic_write(path, write)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:

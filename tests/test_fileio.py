@@ -1,9 +1,13 @@
 """``rightreasons.fileio``: the one file checksum, checked against the digest of the whole file at once (the chunked
-read must cover every byte, including a last chunk shorter than the others)."""
+read must cover every byte, including a last chunk shorter than the others), the atomic CSV writer, and that no other
+module moves files into place by hand."""
 
 from __future__ import annotations
 
+import ast
+import csv
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +21,43 @@ def test_file_digest_equals_hashing_the_whole_file(tmp_path, algorithm, size):
     path = tmp_path / "blob"
     path.write_bytes(data)
     assert fileio.file_digest(path, algorithm) == hashlib.new(algorithm, data).hexdigest()
+
+
+def test_write_csv_atomic_round_trips_and_leaves_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "boxes.csv"
+    fileio.write_csv_atomic(path, ["id", "x"], [["a", 1], ["b,c", None]])
+    assert list(csv.reader(path.open(newline=""))) == [["id", "x"], ["a", "1"], ["b,c", ""]]
+
+    def rows():
+        yield ["c", 3]
+        raise RuntimeError("interrupted while writing")
+
+    with pytest.raises(RuntimeError):
+        fileio.write_csv_atomic(path, ["id", "x"], rows())
+    assert list(csv.reader(path.open(newline="")))[1] == ["a", "1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["boxes.csv"]
+
+
+def _renames(source: str) -> list[int]:
+    """Lines that move a file into place: ``os.replace``/``os.rename``/``shutil.move``, or ``p.replace(q)`` /
+    ``p.rename(q)`` with one argument (``str.replace`` takes two; ``dataclasses.replace`` copies a dataclass)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value.id if isinstance(node.func.value, ast.Name) else None
+            if (owner, node.func.attr) in {("os", "replace"), ("os", "rename"), ("shutil", "move")} or \
+                    (node.func.attr in ("replace", "rename") and len(node.args) == 1
+                     and owner not in ("os", "shutil", "dataclasses")):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_files_are_moved_into_place_only_by_the_atomic_write_and_the_checkpoint_directories():
+    """One atomic-write mechanism: every other module writes through ``fileio`` (hand-made temp-file-and-rename
+    recipes had crept back in, without fsync, in the synthetic index and the Waterbirds box file)."""
+    package = Path(fileio.__file__).parent
+    allowed = {"fileio.py", "engine/checkpointing.py"}  # the latter promotes whole checkpoint directories
+    found = {str(p.relative_to(package)): lines for p in sorted(package.rglob("*.py"))
+             if str(p.relative_to(package)) not in allowed and (lines := _renames(p.read_text(encoding="utf-8")))}
+    assert found == {}
+    assert _renames("import os\nos.replace(a, b)\ntmp.replace(path)\n'x'.replace('a', 'b')\n") == [2, 3]

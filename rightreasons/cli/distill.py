@@ -177,6 +177,7 @@ def run_shift(args: argparse.Namespace) -> int:
     from ..data import collate, eval_transform, load_dataset
     from ..distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
     from ..encoding import reencode
+    from ..fileio import write_json_atomic
     from ..hub import capabilities, create_model, load_model
     from ..reporting import plot_shift_curves
 
@@ -201,10 +202,9 @@ def run_shift(args: argparse.Namespace) -> int:
         loader = DataLoader(subset, batch_size=args.batch_size, collate_fn=collate)
         batches = (reencode(b["image"], "none", caps.encoding) for b in tqdm(loader, desc=label, disable=None))
         curves[label] = shift_similarity(model, batches, size, shifts, method, args.layer).tolist()
-    args.out.mkdir(parents=True, exist_ok=True)
     result = {"shifts": shifts, "curves": curves, "data": args.data, "split": args.split,
               "image_size": size, "images": len(subset)}
-    (args.out / "shift.json").write_text(json.dumps(result, indent=2))
+    write_json_atomic(args.out / "shift.json", result)
     plot_shift_curves(args.out / "shift.png", shifts, curves,
                       title=f"{args.data} {args.split}: explanation vs shift")
     print(json.dumps({"json": str(args.out / "shift.json"), "plot": str(args.out / "shift.png")}))

@@ -6,14 +6,13 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write
+from ..fileio import write_csv_atomic
 
 __all__ = ["cell", "format_value", "markdown_table", "summarize", "write_csv"]
 
@@ -62,10 +61,4 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
 
 def write_csv(path: str | Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Path:
     """Write ``rows`` (only ``columns``, missing cells empty) as CSV with a header line, atomically."""
-    def write(tmp: Path) -> None:
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
-
-    return atomic_write(path, write)
+    return write_csv_atomic(path, columns, ([row.get(c, "") for c in columns] for row in rows))

@@ -13,7 +13,6 @@ file covers every image. Prints exactly what is missing; exit code 1 if anything
 
 from __future__ import annotations
 
-import csv
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from PIL import Image
 
 from .checks import Report
 from ...errors import DataError
+from ...fileio import write_csv_atomic
 from ..waterbirds import BOX_COLUMNS, GROUP_NAMES, SPLIT_CODES, read_box_file, read_metadata
 
 
@@ -55,12 +55,7 @@ def write_boxes(root: Path, names: list[str], segmentations: Path, threshold: fl
         report.problem(f"{len(missing)} segmentation mask(s) missing", missing)
     if empty:
         report.problem(f"{len(empty)} segmentation mask(s) with no pixel above the threshold", empty)
-    tmp = box_file.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(BOX_COLUMNS)
-        writer.writerows(rows)
-    tmp.replace(box_file)
+    write_csv_atomic(box_file, BOX_COLUMNS, rows)
     report.note(f"wrote {len(rows)} boxes to {box_file}")
 
 

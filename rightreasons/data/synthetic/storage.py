@@ -31,6 +31,7 @@ from torch import Tensor
 from ...choices import SYNTHETIC_NAMES as NAMES
 from ..base import AnnotatedDataset, Records
 from ...errors import ConfigError
+from ...fileio import write_json_atomic
 from ..errors import DataError
 from ..io import read_text, relative_path, require_file
 from ..waterbirds import GROUP_NAMES
@@ -94,11 +95,7 @@ def write_synthetic(out: str | os.PathLike, name: str, config: SyntheticConfig |
                 entry["group"] = int(data.records.groups[i])
             entries.append(entry)
         index["splits"][split] = entries
-    path = out / "index.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(index))
-    tmp.replace(path)
-    return path
+    return write_json_atomic(out / "index.json", index)  # last: a dataset without its index is not one
 
 
 def _records_from_index(path: Path, index: dict[str, Any], split: str, num_classes: int) -> Records:
