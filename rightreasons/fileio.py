@@ -5,10 +5,13 @@ over the target (``os.replace``, atomic on POSIX filesystems) and flushes the di
 ``SIGKILL`` a reader finds either the complete old file or the complete new one, never a mix. Model files, checkpoint
 states, cache shards, summaries and reports are all written through it.
 
+:func:`writable_directory` is the one check, before any work, that an output directory can be created and written.
+
 :func:`file_digest` is the one checksum of a file's bytes (checkpoint manifests, cache shards, released weights,
 dataset checksum files).
 
-This module imports nothing of rightreasons but the crash-test boundaries (:mod:`rightreasons.faults`).
+This module imports nothing of rightreasons but the crash-test boundaries (:mod:`rightreasons.faults`) and the error
+classes.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError
 from .faults import boundary
 
-__all__ = ["atomic_write", "file_digest", "fsync_path", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_write", "file_digest", "fsync_path", "writable_directory", "write_csv_atomic", "write_json_atomic",
+           "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
 
@@ -46,6 +51,31 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def writable_directory(path: str | os.PathLike, what: str = "output directory", *, create: bool = True) -> Path:
+    """Check, before any work is done, that directory ``path`` can hold the files a command writes:
+    :class:`~rightreasons.errors.UsageError` naming ``what`` and the path when it cannot (a file in the way, no write
+    permission, a read-only disk). ``create=True`` creates it (with its parents) and writes and removes a probe file;
+    ``create=False`` leaves the disk as it is and checks the nearest existing ancestor instead. Returns the path."""
+    path = Path(path)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{what} {path} is not writable: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {path} is not writable: no write permission in {existing} for user id "
+                         f"{os.getuid()}")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".write-test.{uuid.uuid4().hex[:12]}"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise UsageError(f"{what} {path} is not writable: {e}") from e
+    return path
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:

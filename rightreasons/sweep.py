@@ -55,7 +55,7 @@ import yaml
 from .config import load_config, read_yaml, to_dict
 from .engine import TrainConfig
 from .errors import ConfigError
-from .fileio import write_text_atomic
+from .fileio import writable_directory, write_text_atomic
 from .reporting import OBJECTIVES, mark_fronts, markdown_table, plot_pareto, write_csv
 
 __all__ = ["COMMANDS", "GridError", "Run", "collect", "execute", "load_grid", "write_report"]
@@ -235,8 +235,7 @@ def collect(runs: Sequence[Run]) -> tuple[list[dict[str, Any]], list[str]]:
 def write_report(points: Sequence[dict[str, Any]], missing: Sequence[str], out: str | Path,
                  title: str = "Pareto report") -> dict[str, Path]:
     """``pareto.md`` (per-group summary and fronts), ``pareto.csv`` (every point) and ``pareto.png`` in ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_directory(out, "report folder")
     marked = mark_fronts(points)
     params = list(dict.fromkeys(k for p in marked for k in p if k not in ("id", "group", "run", "epoch", "step",
                                                                           "checkpoint", "on_front",

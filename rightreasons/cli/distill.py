@@ -103,6 +103,7 @@ def run_cache(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
     from ..config import load_config
+    from ..fileio import writable_directory
     from ..tasks import DistillConfig, write_teacher_cache
 
     overrides = list(args.overrides)
@@ -114,6 +115,7 @@ def run_cache(args: argparse.Namespace) -> int:
         if flag is not None:
             overrides.append(f"{key}={flag}")
     config = load_config(DistillConfig, args.config, overrides)
+    writable_directory(args.out, "cache directory", create=False)
     manifest = write_teacher_cache(config, args.out, batch_size=args.batch_size, shard_size=args.shard_size,
                                    progress=True)
     if PartialState().is_main_process:
@@ -177,13 +179,14 @@ def run_shift(args: argparse.Namespace) -> int:
     from ..data import collate, eval_transform, load_dataset
     from ..distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
     from ..encoding import reencode
-    from ..fileio import write_json_atomic
+    from ..fileio import writable_directory, write_json_atomic
     from ..hub import capabilities, create_model, load_model
     from ..reporting import plot_shift_curves
 
     explanations = [c for c in EXPLANATION_CHOICES if c != "none"]
     if args.explanation not in explanations:
         raise UsageError(f"--explanation {args.explanation!r}: expected one of {', '.join(explanations)}")
+    writable_directory(args.out, "--out", create=False)
     specs = [_model_source(spec) for spec in args.model]
     size = args.image_size if args.image_size is not None else _shift_size([source for _, source in specs])
     canvas = size + args.max_shift

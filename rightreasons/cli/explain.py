@@ -150,14 +150,16 @@ def run(args: argparse.Namespace) -> int:
 
     from ..classification import class_probabilities
     from ..explain import class_name, explain, prediction_caption
+    from ..fileio import writable_directory
     from ..hub import capabilities
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     paths = expand_images(args.images)
+    writable_directory(args.out, "--out", create=False)
     model = build_model(args).to(device)
     caps = capabilities(model)
     x = load_images(paths, args.size, caps.encoding).to(device)
-    args.out.mkdir(parents=True, exist_ok=True)
+    writable_directory(args.out, "--out")
     for path, stem, xi in zip(paths, _output_stems(paths), x):
         result = explain(model, xi[None], target=args.target)
         probabilities = class_probabilities(result.logits, LINKS[args.probability])[0]

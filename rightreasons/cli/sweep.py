@@ -8,6 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..errors import UsageError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="run a grid of trainings and write the Pareto report",
@@ -29,11 +31,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..fileio import writable_directory
     from ..sweep import collect, execute, load_grid, write_report
 
     runs = [r for grid in args.grids for r in load_grid(grid, args.extra)]
     if args.only:
         runs = [r for r in runs if any(text in r.name for text in args.only)]
+        if not runs:
+            raise UsageError(f"no run of {', '.join(map(str, args.grids))} has a name containing "
+                             f"{' or '.join(map(repr, args.only))}")
+    report = args.report or Path("runs") / "reports" / "+".join(g.stem for g in args.grids)
+    writable_directory(report, "report folder", create=False)  # before hours of training, not after
     launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]
     if args.dry_run:
         for r in runs:
@@ -41,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     failed = [] if args.collect_only else execute(runs, launcher)
     points, missing = collect(runs)
-    report = args.report or Path("runs") / "reports" / "+".join(g.stem for g in args.grids)
     if points:
         paths = write_report(points, missing, report, title=f"Pareto report: {', '.join(g.stem for g in args.grids)}")
         print(f"report: {paths['markdown']} ({len(points)} evaluations, {len(missing)} runs without a summary)")

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..version import __version__
 from ..data import AnnotatedDataset, load_dataset, transforms_for
-from ..fileio import write_text_atomic
+from ..fileio import writable_directory, write_text_atomic
 from .settings import DemoSettings
 
 __all__ = ["DATASET", "DemoContext", "Stage", "run_stages"]
@@ -117,7 +117,7 @@ def _report(ctx: DemoContext) -> str:
 def run_stages(out: str | Path, settings: DemoSettings, stages: Sequence[Stage]) -> dict[str, Any]:
     """Run ``stages`` in order and write ``out/results.json`` and ``out/report.md``; returns the results."""
     ctx = DemoContext(Path(out), settings)
-    ctx.out.mkdir(parents=True, exist_ok=True)
+    writable_directory(ctx.out)
     ctx.results["settings"] = settings.to_dict()
     start, timings = time.time(), {}
     for stage in stages:

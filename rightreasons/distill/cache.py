@@ -56,7 +56,7 @@ from ..data import collate
 from ..data.io import relative_path
 from ..config import diff_configs
 from ..errors import CacheError
-from ..fileio import atomic_write, file_digest, write_json_atomic
+from ..fileio import atomic_write, file_digest, writable_directory, write_json_atomic
 from ..hub import unwrap_model
 
 __all__ = ["CacheCorruptError", "CacheMismatchError", "ExplanationCache", "MANIFEST", "weights_fingerprint",
@@ -238,7 +238,7 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
     if world_size > 1:  # before anything is read: every process must see the same files
         token = None
         if rank == 0:
-            root.mkdir(parents=True, exist_ok=True)
+            writable_directory(root, "cache directory")
             token = secrets.token_hex(16)
             (root / WRITERS).write_text(token)
         _check_shared(root, token, rank, world_size, gather)
@@ -264,7 +264,7 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
     header.update(shard_size=shard_size, num_shards=num_shards, complete=False,
                   provenance={"rightreasons": __version__, **(provenance or {})})
     if rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
+        writable_directory(root, "cache directory")
         for stale in root.glob(".*.tmp"):  # temporary files of a killed writer
             stale.unlink()
         missing = [s for s in range(num_shards) if not _finished(root, s)]

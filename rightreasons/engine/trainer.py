@@ -41,7 +41,6 @@ import importlib.util
 import json
 import logging
 import math
-import os
 import shutil
 import signal
 import time
@@ -61,12 +60,12 @@ from tqdm.auto import tqdm
 
 from ..bcos.norms import convert_sync_batchnorm
 from ..data import collate, eval_transform, train_transform
-from ..errors import TrainingError
+from ..errors import TrainingError, UsageError
 from ..classification import class_probabilities, resolve_classification_loss
 from ..evaluation import Evaluator, evaluate, format_results, is_multilabel
 from ..explain import explain, prediction_caption, save_explanation
 from ..faults import boundary
-from ..fileio import write_json_atomic
+from ..fileio import writable_directory, write_json_atomic
 from ..hub import capabilities, save_model, unwrap_model
 from ..metrics import ParetoTracker
 from ..models.bcosified import BRamp
@@ -183,14 +182,9 @@ class _Position:
 def _preflight(output_dir: Path) -> None:
     """Fail before training when the output directory cannot be created or written (read-only, no permission)."""
     try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        if not os.access(output_dir, os.W_OK | os.X_OK):
-            raise PermissionError(f"no write permission for user id {os.getuid()}")
-        probe = output_dir / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise TrainingError(f"output directory {output_dir} is not writable: {e}") from e
+        writable_directory(output_dir)
+    except UsageError as e:
+        raise TrainingError(str(e)) from e
 
 
 def checkpoint_bytes(model: nn.Module, optim: OptimConfig) -> int:

@@ -31,7 +31,7 @@ from ..data import AnnotatedDataset, load_dataset, transforms_for
 from ..engine.schema import GuidanceConfig
 from ..errors import ConfigError
 from ..evaluation import classifier_evaluators, evaluate
-from ..fileio import write_json_atomic, write_text_atomic
+from ..fileio import writable_directory, write_json_atomic, write_text_atomic
 from ..hub import load_model
 from ..plotting import figure
 from ..reporting import markdown_table, write_csv
@@ -237,7 +237,7 @@ def run_study(study: GuidanceStudy, out: str | Path, log: Callable[[str], None] 
               device: torch.device | str = "cpu") -> dict[str, Any]:
     """Train and score every cell of ``study`` into ``out`` (resuming finished runs) and write ``study.json``,
     ``study.md``, ``study.csv`` and ``study.png``; returns the results (``rows`` as in the table)."""
-    out, recipe = Path(out), study.recipe
+    out, recipe = writable_directory(out), study.recipe
     records: list[dict[str, Any]] = []
     done, total = 0, study.trainings
     for variant in study.variants:
@@ -268,7 +268,6 @@ def run_study(study: GuidanceStudy, out: str | Path, log: Callable[[str], None] 
                         f"group {metrics['worst_group_accuracy']:.3f}")
     rows = summarize_study(records)
     results = {"study": asdict(study), "records": records, "rows": rows}
-    out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "study.json", results)
     fixed = [*asdict(DataVariant()), "seed", "method", "fraction"]
     write_csv(out / "study.csv", records, [*fixed, *dict.fromkeys(k for r in records for k in r if k not in fixed)])

@@ -37,7 +37,7 @@ from torchvision.transforms import v2
 
 from ..encoding import encode
 from ..errors import CheckpointError, UnknownNameError, WeightsUnavailableError
-from ..fileio import file_digest
+from ..fileio import file_digest, writable_directory
 from .weights import RELEASE_LOGIT_BIAS
 
 __all__ = ["PRETRAINED", "PretrainedWeights", "download_pretrained", "get_pretrained", "imagenet_categories",
@@ -246,6 +246,6 @@ def download_pretrained(name: str, *, progress: bool = True) -> Path:
             f"Download {weights.url} on a machine with internet access and put it at {target} "
             f"(the torch hub checkpoint directory; TORCH_HOME moves it), or pass the file directly with "
             f"create_model({weights.model!r}, checkpoint=PATH)")
-    directory.mkdir(parents=True, exist_ok=True)
+    writable_directory(directory, "torch hub checkpoint directory")
     torch.hub.download_url_to_file(weights.url, str(target), hash_prefix=weights.sha256_prefix, progress=progress)
     return target

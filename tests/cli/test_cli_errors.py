@@ -134,3 +134,33 @@ def test_bad_distillation_config_values_are_one_error_line_before_anything_is_bu
     err = capsys.readouterr().err
     assert err.startswith("rightreasons distill: error: configs/distill/synthetic.yaml: ") and named in err, err
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+_A_FILE = "{file}"
+
+
+@pytest.mark.parametrize("args", [
+    ["explain", "--model", "bcos_resnet18", "--random-weights", "--out", _A_FILE, "docs/figures/guidance_study.png"],
+    ["cache", "--config", "configs/distill/synthetic.yaml", "--out", _A_FILE],
+    ["analyze", "shift", "--model", "bcos_resnet18", *_IMAGE_OPTIONS, "--out", _A_FILE],
+    ["demo", "--quick", "--out", _A_FILE],
+    ["study", "guidance", "configs/studies/guidance.yaml", "--set", "seeds=1", "--out", _A_FILE],
+    ["data", "synth", "--task", "synthetic-birds", "--size", "16", "--out", _A_FILE],
+    ["sweep", "configs/guidance/grids/guidance.yaml", "--collect-only", "--report", _A_FILE],
+    ["bcosify", "--model", "resnet18", "--out", _A_FILE + "/converted.safetensors"],
+    ["distill", "--config", "configs/distill/synthetic.yaml", "output_dir=" + _A_FILE],
+])
+def test_an_output_path_blocked_by_a_file_is_one_error_line_before_any_work(tmp_path, capsys, args):
+    """Each of these (but distill) used to end in a FileExistsError or NotADirectoryError traceback, some after the
+    work was done (the sweep's report folder after every training)."""
+    blocker = tmp_path / "results.txt"
+    blocker.write_text("the user's file\n")
+    assert cli.main([a.replace(_A_FILE, str(blocker)) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{blocker} is a file, not a directory" in err, err
+    assert blocker.read_text() == "the user's file\n" and sorted(p.name for p in tmp_path.iterdir()) == [blocker.name]
+
+
+def test_a_sweep_filter_that_matches_no_run_is_an_error(capsys):
+    assert cli.main(["sweep", "configs/guidance/grids/guidance.yaml", "--only", "nothing-matches", "--dry-run"]) == 2
+    assert "has a name containing 'nothing-matches'" in capsys.readouterr().err

@@ -274,7 +274,7 @@ def test_read_only_output_directory_fails_before_training(tmp_path, monkeypatch)
     out.chmod(0o555)
     if os.geteuid() == 0:
         real_access = os.access
-        monkeypatch.setattr(trainer_module.os, "access",
+        monkeypatch.setattr(os, "access",
                             lambda path, mode: False if Path(path) == out else real_access(path, mode))
     try:
         with pytest.raises(TrainingError, match=rf"output directory {out} is not writable"):

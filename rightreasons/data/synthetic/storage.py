@@ -31,7 +31,7 @@ from torch import Tensor
 from ...choices import SYNTHETIC_NAMES as NAMES
 from ..base import AnnotatedDataset, Records
 from ...errors import ConfigError
-from ...fileio import write_json_atomic
+from ...fileio import writable_directory, write_json_atomic
 from ..errors import DataError
 from ..io import read_text, relative_path, require_file
 from ..waterbirds import GROUP_NAMES
@@ -73,7 +73,7 @@ def write_synthetic(out: str | os.PathLike, name: str, config: SyntheticConfig |
     """Generate ``splits`` of dataset ``name`` and write them in the on-disk format; returns ``out/index.json``."""
     config = config or SyntheticConfig()
     task = _task_of(name)
-    out = Path(out)
+    out = writable_directory(out)
     index: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": name, "classes": None,
                              "config": {**asdict(config), "correlation": config.correlation_for(task)},
                              "splits": {}}
