@@ -28,8 +28,8 @@ from typing import Any
 from .errors import UsageError
 from .faults import boundary
 
-__all__ = ["atomic_write", "file_digest", "fsync_path", "writable_directory", "write_csv_atomic", "write_json_atomic",
-           "write_text_atomic"]
+__all__ = ["atomic_write", "file_digest", "fsync_path", "writable_directory", "writable_file", "write_csv_atomic",
+           "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
 
@@ -75,6 +75,17 @@ def writable_directory(path: str | os.PathLike, what: str = "output directory", 
             probe.unlink()
         except OSError as e:
             raise UsageError(f"{what} {path} is not writable: {e}") from e
+    return path
+
+
+def writable_file(path: str | os.PathLike, what: str = "output file") -> Path:
+    """Check, before any work is done and without touching the disk, that file ``path`` can be written (atomically):
+    its folder can be created and written (:func:`writable_directory` with ``create=False``) and ``path`` is not a
+    directory; :class:`~rightreasons.errors.UsageError` otherwise. Returns the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{what} {path} is a directory; name a file in it")
+    writable_directory(path.parent, f"the folder of {what}", create=False)
     return path
 
 

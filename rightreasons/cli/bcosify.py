@@ -63,11 +63,11 @@ def build_source(args: argparse.Namespace) -> nn.Module:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..fileio import writable_directory
+    from ..fileio import writable_file
     from ..hub import save_model
     from ..models.bcosified import BcosifyOptions, bcosify
 
-    writable_directory(args.out.parent, "the folder of --out", create=False)
+    writable_file(args.out, "--out")
     normalisation = {k: v for k, v in (("mean", args.mean), ("std", args.std)) if v is not None}
     converted = bcosify(build_source(args), b=args.b, keep_bias=args.keep_bias,
                         maxpool_to_avgpool=not args.keep_maxpool, weight_mode=args.weight_mode,

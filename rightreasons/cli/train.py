@@ -98,9 +98,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..data import default_test_split
     from ..engine import TrainConfig
-    from ..fileio import write_text_atomic
+    from ..fileio import writable_file, write_text_atomic
     from ..tasks import evaluate_checkpoint
 
+    if args.out:
+        writable_file(args.out, "--out")
     if args.config is not None:
         config, source = load_config(TrainConfig, args.config, args.overrides), args.config
     else:

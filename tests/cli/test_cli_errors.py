@@ -148,6 +148,7 @@ _A_FILE = "{file}"
     ["data", "synth", "--task", "synthetic-birds", "--size", "16", "--out", _A_FILE],
     ["sweep", "configs/guidance/grids/guidance.yaml", "--collect-only", "--report", _A_FILE],
     ["bcosify", "--model", "resnet18", "--out", _A_FILE + "/converted.safetensors"],
+    ["evaluate", "--checkpoint", "missing.safetensors", "--out", _A_FILE + "/test.json"],
     ["distill", "--config", "configs/distill/synthetic.yaml", "output_dir=" + _A_FILE],
 ])
 def test_an_output_path_blocked_by_a_file_is_one_error_line_before_any_work(tmp_path, capsys, args):
@@ -164,3 +165,14 @@ def test_an_output_path_blocked_by_a_file_is_one_error_line_before_any_work(tmp_
 def test_a_sweep_filter_that_matches_no_run_is_an_error(capsys):
     assert cli.main(["sweep", "configs/guidance/grids/guidance.yaml", "--only", "nothing-matches", "--dry-run"]) == 2
     assert "has a name containing 'nothing-matches'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [
+    ["bcosify", "--model", "resnet18", "--out", "{dir}"],
+    ["evaluate", "--checkpoint", "missing.safetensors", "--out", "{dir}"],
+])
+def test_an_output_file_that_is_a_directory_is_one_error_line_before_any_work(tmp_path, capsys, args):
+    """``bcosify`` converted the model and ``evaluate`` scored it before failing on the directory with a traceback."""
+    assert cli.main([a.replace("{dir}", str(tmp_path)) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {tmp_path} is a directory; name a file in it" in err, err
