@@ -1,8 +1,13 @@
-"""`rightreasons models [PATTERN]`: list the registered architectures (name and family, one per line on stdout)."""
+"""`rightreasons models [PATTERN]`: list the registered architectures (name and family, one per line on stdout).
+
+A pattern that matches nothing is an error (exit code 2) that suggests close names, rather than an empty list that
+looks like success."""
 
 from __future__ import annotations
 
 import argparse
+
+from ..errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,7 +19,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..hub import get_model_spec, list_models  # builds the zoo: only when the command runs
+    from ..hub.registry import name_hint
 
-    for name in list_models(args.pattern, bcos=True if args.bcos else None):
+    names = list_models(args.pattern, bcos=True if args.bcos else None)
+    if not names:
+        kind = "B-cos model" if args.bcos else "model"
+        raise UsageError(f"no registered {kind} matches {args.pattern!r}{name_hint(args.pattern.strip('*?'))}")
+    for name in names:
         print(f"{name:32s} {get_model_spec(name).family}")
     return 0

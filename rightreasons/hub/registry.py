@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from ..errors import UnknownNameError, UsageError
 
-__all__ = ["ModelSpec", "get_model_spec", "list_models", "register_model"]
+__all__ = ["ModelSpec", "get_model_spec", "list_models", "name_hint", "register_model"]
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,12 @@ def get_model_spec(name: str) -> ModelSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=5, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else \
-            f"; see rightreasons.list_models() or `rightreasons models` ({len(_REGISTRY)} models)"
-        raise UnknownNameError(f"unknown model {name!r}{hint}") from None
+        raise UnknownNameError(f"unknown model {name!r}{name_hint(name)}") from None
+
+
+def name_hint(name: str) -> str:
+    """The end of a message about an unknown model ``name``: ``"; did you mean ..."`` with up to five close registered
+    names, else where to find them all."""
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=5, cutoff=0.5)
+    return f"; did you mean {', '.join(close)}?" if close else \
+        f"; see rightreasons.list_models() or `rightreasons models` ({len(_REGISTRY)} models)"

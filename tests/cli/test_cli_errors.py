@@ -176,3 +176,11 @@ def test_an_output_file_that_is_a_directory_is_one_error_line_before_any_work(tm
     assert cli.main([a.replace("{dir}", str(tmp_path)) for a in args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--out {tmp_path} is a directory; name a file in it" in err, err
+
+
+def test_a_models_pattern_that_matches_nothing_is_an_error_with_close_names(capsys):
+    """It used to print nothing and exit 0, which a script cannot tell from success."""
+    assert cli.main(["models", "bcos_resnt18"]) == 2
+    assert "no registered model matches 'bcos_resnt18'; did you mean bcos_resnet18" in capsys.readouterr().err
+    assert cli.main(["models", "bcos_resnet1*"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split() == ["bcos_resnet101", "resnet"]
