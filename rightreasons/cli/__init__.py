@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from ..console import configure_logging, plain_text, set_threads
 from ..errors import RightReasonsError
 from ..version import __version__
-from .argtypes import positive_int
+from .arguments import positive_int
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "Parser", "PlainHelpFormatter", "build_parser", "main"]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..choices import WEIGHT_MODES
 from ..errors import UsageError
-from .argtypes import positive_int
+from .arguments import positive_int
 
 if TYPE_CHECKING:  # torch and the zoo are imported only when the command runs, so that `--help` starts at once
     from torch import nn

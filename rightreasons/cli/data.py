@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..choices import SYNTHETIC_NAMES, SYNTHETIC_SIZES, SYNTHETIC_SPLITS
-from .argtypes import non_negative_int, positive_int, unit_float
+from .arguments import non_negative_int, positive_int, unit_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

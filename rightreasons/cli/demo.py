@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .argtypes import positive_int
+from .arguments import positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

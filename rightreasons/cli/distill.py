@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from ..errors import UsageError
-from .argtypes import non_negative_int, positive_int
+from .arguments import add_resume, non_negative_int, positive_int, resume_and_overrides
 
 __all__ = ["register"]
 
@@ -41,10 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_config(p)
     p.add_argument("--frozen", type=Path, metavar="DIR", help="train on the cached teacher outputs in DIR "
                                                               "(same as distill.frozen=DIR)")
-    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
-                   help="continue from the newest intact checkpoint of output_dir (or the one given); "
-                        "starts from the beginning when there is none yet, so one command line serves the first "
-                        "start and every requeue")
+    add_resume(p)
     p.set_defaults(func=run_distill)
 
     p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image")
@@ -90,9 +87,10 @@ def run_distill(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..tasks import DistillConfig, distill
 
-    overrides = list(args.overrides) + ([f"distill.frozen={args.frozen}"] if args.frozen else [])
+    resume, overrides = resume_and_overrides(args)
+    overrides += [f"distill.frozen={args.frozen}"] if args.frozen else []
     config = load_config(DistillConfig, args.config, overrides)
-    summary = distill(config, resume=args.resume)
+    summary = distill(config, resume=resume)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir,
                           "test": summary.get("test")}))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from .argtypes import non_negative_int, positive_int
+from .arguments import non_negative_int, positive_int
 
 if TYPE_CHECKING:  # torch is imported only when the command runs, so that `--help` starts at once
     from torch import Tensor, nn

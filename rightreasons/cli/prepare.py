@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .argtypes import unit_float
+from .arguments import unit_float
 
 __all__ = ["DEFAULT_ROOTS", "register", "run_coco", "run_voc", "run_waterbirds"]
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, UsageError
+from .arguments import add_resume, resume_and_overrides
 
 if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when they run, so that --help starts at once
     from ..engine import TrainConfig
@@ -43,10 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             ("guide", "fine-tune with a localisation loss on bounding boxes")):
         p = subparsers.add_parser(name, help=help_text)
         _add_common(p, config_required=True)
-        p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
-                       help="continue from the newest intact checkpoint of output_dir (or the one given); "
-                        "starts from the beginning when there is none yet, so one command line serves the first "
-                        "start and every requeue")
+        add_resume(p)
         p.set_defaults(func=run_train, guided=name == "guide")
     p = subparsers.add_parser("evaluate", help="evaluate a trained model on a split and write all metrics as JSON")
     _add_common(p, config_required=False)
@@ -64,9 +62,10 @@ def run_train(args: argparse.Namespace) -> int:
     from ..engine import TrainConfig
     from ..tasks import run
 
-    overrides = list(args.overrides) + (["guidance.enabled=true"] if args.guided else ["guidance.enabled=false"])
+    resume, overrides = resume_and_overrides(args)
+    overrides += ["guidance.enabled=true"] if args.guided else ["guidance.enabled=false"]
     config = load_config(TrainConfig, args.config, overrides)
-    summary = run(config, resume=args.resume)
+    summary = run(config, resume=resume)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
     return 0

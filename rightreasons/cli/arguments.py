@@ -1,9 +1,14 @@
-"""Argument types for the command-line parsers: numbers checked for their range while the command line is parsed.
+"""Arguments shared by the command-line parsers: numbers checked for their range while the command line is parsed,
+and the ``--resume [CHECKPOINT]`` option of the training commands.
 
 argparse calls a type with the argument's text; an :class:`argparse.ArgumentTypeError` becomes the usual one-line
 ``error: argument --NAME: ...`` with exit code 2, before any work starts. Without these, an out-of-range number either
 ended in a traceback from deep inside (``--batch-size 0``) or, where the command treats a falsy value as "not given",
 silently became the default (``--image-size 0``).
+
+``--resume`` takes an optional checkpoint, so argparse gives it the next word of the command line: in ``rightreasons
+train --config C --resume optim.lr=1e-4`` that is a config override. :func:`resume_and_overrides` gives such a word
+(it holds ``=`` and names no file) back to the overrides.
 
 Imports nothing of rightreasons, so that every command module can use it without loading torch.
 """
@@ -12,8 +17,26 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
-__all__ = ["non_negative_int", "positive_int", "unit_float"]
+__all__ = ["add_resume", "non_negative_int", "positive_int", "resume_and_overrides", "unit_float"]
+
+
+def add_resume(parser: argparse.ArgumentParser) -> None:
+    """Add ``--resume [CHECKPOINT]`` (``args.resume``: False, True for the newest checkpoint, or the one given)."""
+    parser.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
+                        help="continue from the newest intact checkpoint of output_dir (or the one given); starts "
+                             "from the beginning when there is none yet, so one command line serves the first start "
+                             "and every requeue")
+
+
+def resume_and_overrides(args: argparse.Namespace) -> tuple[bool | str, list[str]]:
+    """``args.resume`` and ``args.overrides``, with a config override that argparse took for ``--resume``'s
+    CHECKPOINT given back to the overrides (first: it followed ``--resume``)."""
+    resume, overrides = args.resume, list(args.overrides)
+    if isinstance(resume, str) and "=" in resume and not Path(resume).exists():
+        return True, [resume, *overrides]
+    return resume, overrides
 
 
 def _integer(text: str) -> int:
