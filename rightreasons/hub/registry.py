@@ -78,7 +78,7 @@ def _parameter_types(builder: Callable[..., Any]) -> dict[str, Any]:
         builder = builder.func
     try:
         return typing.get_type_hints(builder.__init__ if inspect.isclass(builder) else builder)
-    except Exception:  # unresolvable annotations (e.g. names only imported for type checking): no type checks
+    except (NameError, TypeError):  # unresolvable annotations (names only imported for type checking): no checks
         return {}
 
 
