@@ -19,7 +19,7 @@ import argparse
 import math
 from pathlib import Path
 
-__all__ = ["add_resume", "non_negative_int", "positive_int", "resume_and_overrides", "unit_float"]
+__all__ = ["add_resume", "non_negative_int", "positive_int", "resume_and_overrides", "torch_device", "unit_float"]
 
 
 def add_resume(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +60,22 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
     return value
+
+
+def torch_device(text: str) -> str:
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ...); imports torch only when the option is
+    given, so ``--help`` stays fast."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a torch device such as cpu or cuda:0, got {text!r}") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (device.index is not None and device.index >= count):
+            raise argparse.ArgumentTypeError(f"{text}: this machine has {count} CUDA device(s)")
+    return text
 
 
 def unit_float(text: str) -> float:

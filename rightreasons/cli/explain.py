@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from .arguments import non_negative_int, positive_int
+from .arguments import non_negative_int, positive_int, torch_device
 
 if TYPE_CHECKING:  # torch is imported only when the command runs, so that `--help` starts at once
     from torch import Tensor, nn
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="how logits become the probability in the figure title: sigmoid (BCE-trained, the B-cos "
                         "recipe; default) or softmax (trained with softmax cross-entropy)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--device", type=torch_device, help="torch device (default: cuda when available, else cpu)")
     p.set_defaults(func=run)
 
 

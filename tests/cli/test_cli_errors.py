@@ -73,8 +73,10 @@ _IMAGE_OPTIONS = ["--data", "synthetic-birds", "--image-size", "32", "--num-imag
      "--image-size"),
     (["cache", "--config", "configs/distill/synthetic.yaml", "--batch-size", "0"], "--batch-size"),
     (["cache", "--config", "configs/distill/synthetic.yaml", "--shard-size", "0"], "--shard-size"),
+    (["explain", "--model", "bcos_resnet18", "--random-weights", "--device", "bogus", "x.png"], "--device"),
+    (["explain", "--model", "bcos_resnet18", "--random-weights", "--device", "cuda:99", "x.png"], "--device"),
 ])
-def test_out_of_range_command_line_numbers_are_one_error_line(tmp_path, capsys, args, named):
+def test_out_of_range_command_line_values_are_one_error_line(tmp_path, capsys, args, named):
     """Each of these once ended in a traceback (a ValueError or RuntimeError from deep inside) or, worse, was taken as
     "use the default" (``--image-size 0``, ``--batch-size 0``)."""
     out = ["--out", str(tmp_path / "out")]
