@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Mapping, TypeVar, Union
+from typing import Any, Callable, Literal, Mapping, TypeVar, Union
 
 import yaml
 
 from .errors import ConfigError
 
-__all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "diff_configs", "excerpt", "expect", "from_dict",
-           "load_config", "merge_nested", "read_yaml", "to_dict"]
+__all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "convert_arguments", "diff_configs", "excerpt", "expect",
+           "from_dict", "load_config", "merge_nested", "read_yaml", "to_dict"]
 
 T = TypeVar("T")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -171,6 +172,35 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected a string, got {excerpt(value)} ({type(value).__name__})")
         return value
     raise TypeError(f"unsupported annotation {tp!r} at {path}")
+
+
+def _holds(tp: Any) -> bool:
+    """Whether a config value can stand for annotation ``tp`` (what :func:`_convert` checks): scalars, ``None``,
+    literals, dataclasses and lists, tuples, dicts and unions of these — not callables, classes or modules."""
+    if tp is Any or tp in (bool, int, float, str, type(None)) or dataclasses.is_dataclass(tp):
+        return True
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return True
+    if origin in (Union, types.UnionType, list, tuple, dict):
+        return all(_holds(arg) for arg in typing.get_args(tp) if arg is not Ellipsis)
+    return False
+
+
+def convert_arguments(target: Callable[..., Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``target`` (a class, function or ``functools.partial`` of one) from a config: each value
+    checked against the parameter's annotation and converted by the rules of :func:`from_dict` (an int where a float
+    belongs, ``"1e-4"``; not NaN); parameters annotated with what a config cannot hold (callables, classes), or whose
+    annotations do not resolve, are passed as they are for ``target`` to judge. Raises :class:`ConfigError` naming the
+    argument, e.g. ``b: expected a number, got 'nan' (str)`` (YAML reads ``nan`` as a string)."""
+    while isinstance(target, functools.partial):
+        target = target.func
+    try:
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except (NameError, TypeError):  # names imported only for type checking: nothing to check against
+        hints = {}
+    return {key: _convert(value, hints[key], key) if key in hints and _holds(hints[key]) else value
+            for key, value in values.items()}
 
 
 def from_dict(cls: type[T], data: Any, path: str = "") -> T:

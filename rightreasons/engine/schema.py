@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..classification import ClassificationLossName
-from ..config import FieldError, expect
-from ..errors import UnknownNameError, UsageError
+from ..config import FieldError, convert_arguments, expect
+from ..errors import ConfigError, UnknownNameError, UsageError
 from ..explain.methods import MapMethodName
 from ..guidance.losses import GuidanceReduction, LossName
 from ..guidance.objective import ExplainChoice
@@ -33,11 +33,12 @@ RESERVED_DATA_OPTIONS: dict[str, str] = {"transform": "data.image_size, data.aug
 """``load_dataset`` options that training sets itself from other keys, so ``data.options`` may not hold them."""
 
 
-def check_architecture(name: str, kwargs: dict[str, Any]) -> None:
-    """Refuse a model section whose ``name`` is not registered (``name`` may carry a weights tag, ``arch.tag``) or
-    whose ``kwargs`` the architecture does not take or has the wrong type for
-    (:meth:`~rightreasons.hub.ModelSpec.check_arguments`): a :class:`~rightreasons.config.FieldError` on ``name`` or
-    ``kwargs``, raised when the config is read rather than when the model is built."""
+def check_architecture(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``kwargs`` of a model section, checked when the config is read rather than when the model is built: a
+    :class:`~rightreasons.config.FieldError` on ``name`` when it is not registered (it may carry a weights tag,
+    ``arch.tag``), on ``kwargs`` when the architecture does not take one of them
+    (:meth:`~rightreasons.hub.ModelSpec.check_arguments`) or a value does not fit its annotation. Returns them
+    converted as every config value is (:func:`~rightreasons.config.convert_arguments`)."""
     try:
         spec = get_model_spec(name.partition(".")[0])
     except UnknownNameError as e:
@@ -46,6 +47,10 @@ def check_architecture(name: str, kwargs: dict[str, Any]) -> None:
         spec.check_arguments(kwargs)
     except UsageError as e:
         raise FieldError("kwargs", str(e)) from None
+    try:
+        return convert_arguments(spec.builder, kwargs)
+    except ConfigError as e:
+        raise FieldError("kwargs", f"{spec.name}: {e}") from None
 
 
 @dataclass
@@ -80,7 +85,7 @@ class ModelConfig:
         expect("num_classes" not in self.kwargs, "kwargs", self.kwargs,
                "constructor arguments without num_classes (the number of classes comes from the data, or for a "
                "student from its teacher)")
-        check_architecture(self.name, self.kwargs)
+        self.kwargs = check_architecture(self.name, self.kwargs)
         expect(isinstance(self.sync_bn, bool), "sync_bn", self.sync_bn, "true or false")
 
 

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import functools
 import inspect
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -46,62 +43,19 @@ class ModelSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
 
     def check_arguments(self, kwargs: dict[str, Any]) -> None:
-        """Refuse, before anything is built, constructor arguments the builder does not take (the message lists the
-        accepted ones) and values of the wrong type for parameters annotated ``int``, ``float``, ``bool`` or ``str``
-        (or unions of these with ``None``), e.g. the string ``"nan"`` that a YAML override gives for ``b``; raises
-        :class:`~rightreasons.errors.UsageError`. Ranges are the constructors' own checks."""
+        """Refuse constructor arguments the builder does not take (before anything is built), with a
+        :class:`~rightreasons.errors.UsageError` that lists the accepted ones. (Configs also check the values'
+        types: :func:`rightreasons.config.convert_arguments`.)"""
         try:
             inspect.signature(self.builder).bind(**{**self.defaults, **kwargs})
         except TypeError as e:
             accepted = list(inspect.signature(self.builder).parameters)
             raise UsageError(f"{self.name}: invalid constructor arguments {sorted(kwargs)} ({e}); it accepts "
                              f"{accepted}") from None
-        hints = _parameter_types(self.builder)
-        for key, value in kwargs.items():
-            if key in hints and not _fits(value, hints[key]):
-                raise UsageError(f"{self.name}: constructor argument {key}={value!r} should be "
-                                 f"{_describe(hints[key])}")
 
     def build(self, **kwargs: Any) -> Any:
         """The architecture with fresh (random) weights: ``builder(**defaults, **kwargs)``."""
         return self.builder(**{**self.defaults, **kwargs})
-
-
-_SCALARS: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-                            type(None): "null"}
-
-
-def _parameter_types(builder: Callable[..., Any]) -> dict[str, Any]:
-    """The annotated parameter types of ``builder`` (a class, function or ``functools.partial`` of one); ``{}`` when
-    they cannot be resolved."""
-    while isinstance(builder, functools.partial):
-        builder = builder.func
-    try:
-        return typing.get_type_hints(builder.__init__ if inspect.isclass(builder) else builder)
-    except (NameError, TypeError):  # unresolvable annotations (names only imported for type checking): no checks
-        return {}
-
-
-def _scalar_members(hint: Any) -> list[Any] | None:
-    """The members of ``hint`` (a scalar type or a union of them); None when any member is not a scalar type
-    (sequences, callables, classes), whose values only the constructor can check."""
-    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else [hint]
-    return list(members) if all(m in _SCALARS for m in members) else None
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    members = _scalar_members(hint)
-    if members is None:
-        return True
-    if isinstance(value, bool):
-        return bool in members
-    if isinstance(value, int):
-        return int in members or float in members
-    return any(isinstance(value, m) for m in members)
-
-
-def _describe(hint: Any) -> str:
-    return " or ".join(_SCALARS[m] for m in _scalar_members(hint) or [])
 
 
 _REGISTRY: dict[str, ModelSpec] = {}

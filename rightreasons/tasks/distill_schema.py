@@ -48,7 +48,7 @@ class TeacherConfig:
                              "rightreasons names its own architecture and arguments, so with teacher.name=null also "
                              "set teacher.kwargs={} and teacher.pretrained=false")
         if self.name is not None:
-            check_architecture(self.name, self.kwargs)
+            self.kwargs = check_architecture(self.name, self.kwargs)
 
 
 @dataclass

@@ -100,7 +100,8 @@ def test_out_of_range_command_line_values_are_one_error_line(tmp_path, capsys, a
     ("data.options.box_policy=bogus", "'box_policy'"), ("data.options.annotated_fraction=0.5", "data.annotated_fraction"),
     ("data.options.transform=3", "data.image_size"), ("seed=-1", "seed"),
     # constructor arguments: types (YAML reads nan as a string) and ranges
-    ("model.kwargs.b=nan", "b='nan'"), ("model.kwargs.logit_bias=nan", "logit_bias='nan'"),
+    ("model.kwargs.b=nan", "model.kwargs: bcos_resnet18: b: expected a number, got 'nan'"),
+    ("model.kwargs.logit_bias=nan", "logit_bias: expected float | null, got 'nan'"),
     ("model.kwargs.inplanes=0", "inplanes"), ("model.kwargs.in_chans=0", "in_chans"),
     ("model.kwargs.stochastic_depth_prob=2", "stochastic_depth_prob"), ("model.name=bcos_resnet81", "bcos_resnet18"),
 ])
@@ -124,7 +125,7 @@ def _synthetic_train_config(tmp_path):
 
 @pytest.mark.parametrize("override, named", [
     ("teacher.name=bcos_resnet81", "teacher.name: unknown model 'bcos_resnet81'; did you mean bcos_resnet18"),
-    ("teacher.kwargs.b=nan", "teacher.kwargs: bcos_cifar10_resnet20: constructor argument b='nan'"),
+    ("teacher.kwargs.b=nan", "teacher.kwargs: bcos_cifar10_resnet20: b: expected a number, got 'nan'"),
     ("distill.shots_seed=-1", "distill.shots_seed: expected an integer >= 0"),
 ])
 def test_bad_distillation_config_values_are_one_error_line_before_anything_is_built(tmp_path, capsys, override,

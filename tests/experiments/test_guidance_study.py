@@ -108,7 +108,7 @@ def test_the_cli_runs_a_study_file_and_refuses_bad_ones(tmp_path, capsys):
 
 @pytest.mark.parametrize("setting, named", [
     ("recipe.model=bcos_resnet81", "recipe: the baselines would not train: model.name: unknown model"),
-    ("recipe.model_kwargs.b=nan", "constructor argument b='nan'"),
+    ("recipe.model_kwargs.b=nan", "model.kwargs: bcos_resnet18: b: expected a number, got 'nan'"),
     ("recipe.guided_lr=-1", "methods[0]: its fine-tunings would not train: optim.lr"),
     ("recipe.crop_scale=[0.9, 0.1]", "data.crop_scale"),
     ("recipe.select=epg", "recipe.select"),

@@ -3,7 +3,9 @@ what every call site reads (encoding → transforms, stages → layers, B-cos �
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
 
 import pytest
 import torch
@@ -12,7 +14,9 @@ from torch import nn
 
 import rightreasons
 from rightreasons.data import make_sample, transforms_for
-from rightreasons.errors import UnknownNameError, UsageError
+from rightreasons.config import convert_arguments, from_dict
+from rightreasons.engine.schema import ModelConfig
+from rightreasons.errors import ConfigError, UnknownNameError, UsageError
 from rightreasons.hub import GUIDANCE_LAYERS, capabilities, get_model_spec, unwrap_model
 
 
@@ -79,28 +83,37 @@ def test_registry_errors_name_what_exists():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"b": "nan"}, "b='nan' should be a number"),
-    ({"inplanes": 8.5}, "inplanes=8.5 should be an integer"),
-    ({"small_inputs": 1}, "small_inputs=1 should be true or false"),
-    ({"logit_bias": "0"}, "logit_bias='0' should be a number or null"),
-    ({"norm_layer": 3}, None),  # str | callable: only the constructor can judge it
+    ({"b": "nan"}, "b: expected a number, got 'nan' (str)"),
+    ({"b": float("nan")}, "b: expected a finite number"),
+    ({"inplanes": 8.5}, "inplanes: expected an integer, got 8.5"),
+    ({"small_inputs": 1}, "small_inputs: expected true or false"),
+    ({"logit_bias": "zero"}, "logit_bias: expected float | null, got 'zero'"),
 ])
-def test_constructor_arguments_are_checked_against_their_annotations(kwargs, message):
-    spec = get_model_spec("bcos_resnet18")
-    if message is None:
-        spec.check_arguments(kwargs)
-    else:
-        with pytest.raises(UsageError, match=re.escape(message)):
-            spec.check_arguments(kwargs)
-    spec.check_arguments({"b": 2, "inplanes": 8, "small_inputs": True, "logit_bias": None})  # an int is a number
+def test_a_config_checks_constructor_arguments_against_their_annotations(kwargs, message):
+    """By the rules of every config value (:func:`rightreasons.config.convert_arguments`), when the config is read."""
+    with pytest.raises(ConfigError, match=re.escape(f"kwargs: bcos_resnet18: {message}")):
+        from_dict(ModelConfig, {"name": "bcos_resnet18", "kwargs": kwargs})
 
 
-def test_a_wrongly_typed_argument_is_a_usage_error_for_every_registered_model():
-    """Checked against the builder's annotations, by the source model's check (B-cosified models) or by timm (timm
-    ViTs); before this, a string where a number belongs ended in a TypeError traceback from a comparison."""
+def test_constructor_arguments_are_converted_as_config_values_and_callables_are_left_to_the_constructor():
+    config = from_dict(ModelConfig, {"name": "bcos_resnet18", "kwargs": {"b": 2, "inplanes": 8, "logit_bias": None}})
+    assert config.kwargs == {"b": 2.0, "inplanes": 8, "logit_bias": None} and isinstance(config.kwargs["b"], float)
+    assert convert_arguments(get_model_spec("bcos_resnet18").builder, {"norm_layer": 3}) == {"norm_layer": 3}
+
+
+def test_the_annotations_of_every_registered_builder_resolve():
+    """Otherwise its arguments would silently go unchecked. B-cosified builders forward the source model's arguments
+    (checked when the source is built); timm's ViTs take ``**kwargs`` (timm checks them, as a UsageError)."""
+    unchecked = []
     for name in rightreasons.list_models():
-        with torch.device("meta"), pytest.raises(UsageError, match="num_classes|ten"):
-            rightreasons.create_model(name, num_classes="ten")
+        builder = get_model_spec(name).builder
+        target = builder.func if isinstance(builder, functools.partial) else builder
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+        if not any(t in (int, float) for t in hints.values()):
+            unchecked.append(name)
+    assert all(n.startswith("vit_") for n in unchecked), unchecked
+    with torch.device("meta"), pytest.raises(UsageError, match="timm's vit_tiny_patch16_224 refuses"):
+        rightreasons.create_model("vit_tiny_patch16_224", num_classes="ten")
 
 
 @pytest.mark.parametrize("kwargs, message", [
