@@ -16,7 +16,6 @@ Imports nothing of rightreasons, so that every command module can use it without
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 __all__ = ["add_resume", "non_negative_int", "positive_int", "resume_and_overrides", "torch_device", "unit_float"]
@@ -84,6 +83,6 @@ def unit_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if math.isnan(value) or not 0.0 <= value <= 1.0:
+    if not 0.0 <= value <= 1.0:  # also refuses nan, which compares false
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
     return value

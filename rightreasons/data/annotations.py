@@ -7,13 +7,14 @@ import math
 
 import numpy as np
 
+from .options import require_int, require_number
+
 __all__ = ["annotated_count", "select_annotated"]
 
 
 def annotated_count(n: int, fraction: float) -> int:
     """Number of annotated images: ``round(fraction · n)`` (halves up), at least 1 when ``fraction > 0``."""
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"annotated_fraction must be in [0, 1], got {fraction}")
+    require_number("annotated_fraction", fraction, 0.0, 1.0)
     if fraction == 0.0 or n == 0:
         return 0
     return max(1, min(n, math.floor(fraction * n + 0.5)))
@@ -21,6 +22,7 @@ def annotated_count(n: int, fraction: float) -> int:
 
 def select_annotated(n: int, fraction: float, seed: int) -> np.ndarray:
     """Bool ``[n]``: exactly :func:`annotated_count` images chosen uniformly at random, a function of ``seed`` only."""
+    require_int("annotation_seed", seed, 0)
     chosen = np.zeros(n, dtype=bool)
     order = np.random.Generator(np.random.PCG64(seed)).permutation(n)
     chosen[order[:annotated_count(n, fraction)]] = True

@@ -107,8 +107,6 @@ class AnnotatedDataset(Dataset):
             raise UsageError(f"dataset option 'box_policy' must be one of {', '.join(BOX_POLICIES)}, got "
                              f"{box_policy!r}")
         require_number("box_dilation", box_dilation, 0.0)
-        require_number("annotated_fraction", annotated_fraction, 0.0, 1.0)
-        require_int("annotation_seed", annotation_seed, 0)
         if max_pixels is not None:
             require_int("max_pixels", max_pixels, 1)
         if records.labels.shape[1:] != (len(classes),):

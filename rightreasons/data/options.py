@@ -27,9 +27,10 @@ def require_int(option: str, value: object, at_least: int, *, at_most: int | Non
 
 
 def require_number(option: str, value: object, at_least: float, at_most: float = math.inf) -> None:
-    """Refuse ``value`` of ``option`` unless it is a real number (int or float, not a bool, not NaN) in
+    """Refuse ``value`` of ``option`` unless it is a finite real number (int or float, not a bool, NaN or ±inf) in
     ``[at_least, at_most]``."""
-    fits = isinstance(value, (int, float)) and not isinstance(value, bool) and at_least <= value <= at_most
+    fits = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and at_least <= value <= at_most
     if not fits:
         bound = f">= {at_least:g}" if at_most == math.inf else f"in [{at_least:g}, {at_most:g}]"
         raise UsageError(f"dataset option {option!r} must be a number {bound}, got {value!r}")

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from ..config import FieldError, expect
-from ..data import AnnotatedDataset, load_dataset, transforms_for
+from ..data import AnnotatedDataset, SyntheticConfig, load_dataset, transforms_for
 from ..engine.schema import GuidanceConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 from ..evaluation import classifier_evaluators, evaluate
 from ..fileio import writable_directory, write_json_atomic, write_text_atomic
 from ..hub import load_model
@@ -178,12 +178,15 @@ class GuidanceStudy:
         expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
         for key in ("correlation", "difficulty", "data_seed", "image_size", "annotated_fraction", "methods"):
             expect(len(getattr(self, key)) > 0, key, getattr(self, key), "a non-empty list")
-        expect(all(0 <= c <= 1 for c in self.correlation), "correlation", self.correlation, "values in [0, 1]")
-        expect(all(0 <= d <= 1 for d in self.difficulty), "difficulty", self.difficulty, "values in [0, 1]")
+        for key, option in (("correlation", "correlation"), ("difficulty", "difficulty"), ("data_seed", "seed"),
+                            ("image_size", "size")):  # the data axes, by the generator's own rules
+            for value in getattr(self, key):
+                try:
+                    SyntheticConfig(**{option: value})
+                except UsageError as e:
+                    raise FieldError(key, str(e)) from None
         expect(all(0 < f <= 1 for f in self.annotated_fraction), "annotated_fraction", self.annotated_fraction,
                "values in (0, 1]")
-        expect(all(s >= 16 for s in self.image_size), "image_size", self.image_size, "sizes >= 16")
-        expect(all(s >= 0 for s in self.data_seed), "data_seed", self.data_seed, "seeds >= 0")
         names = [m.name for m in self.methods]
         expect(len(set(names)) == len(names), "methods", names, "methods with distinct names")
         expect(all(m.annotated_fraction is None for m in self.methods), "methods", names,

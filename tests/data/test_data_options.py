@@ -31,3 +31,9 @@ def test_require_number_accepts_numbers_in_range(value):
 def test_require_number_refuses_other_values_and_names_the_option(value):
     with pytest.raises(UsageError, match=r"dataset option 'difficulty' must be a number in \[0, 1\], got"):
         require_number("difficulty", value, 0.0, 1.0)
+
+
+def test_an_unbounded_option_still_refuses_infinity():
+    """``box_dilation: .inf`` would grow every box to the whole image."""
+    with pytest.raises(UsageError, match="'box_dilation' must be a number >= 0, got inf"):
+        require_number("box_dilation", math.inf, 0.0)
