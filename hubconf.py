@@ -10,7 +10,7 @@ Each entry point is `rightreasons.create_model(name, pretrained=..., **kwargs)`:
 released weights, a string loads those of that tag (`"long"` → `bcos_resnet50.long`), and keyword arguments are
 constructor arguments (`num_classes=20` keeps a fresh classifier). A model with released weights carries their class
 names as `model.classes`. `get_weights(name)` returns the release entry (`transforms()`, `meta`); see
-`rightreasons/hub/pretrained.py`.
+`rightreasons/models/pretrained.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import nn
 
 from rightreasons import create_model as _create_model
 from rightreasons import list_models as _list_models
-from rightreasons.hub.pretrained import get_pretrained as get_weights
+from rightreasons.models.pretrained import get_pretrained as get_weights
 
 dependencies = ["torch", "torchvision", "timm", "safetensors"]
 

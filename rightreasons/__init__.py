@@ -16,16 +16,16 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from . import bcos
-    from .bcos.norms import convert_sync_batchnorm
-    from .hub import (capabilities, create_model, list_models, load_model, load_weights, register_model,
-                      register_timm_models, save_model)
-    from .models.bcosified import bcosify
+    from .bcos.sync import convert_sync_batchnorm
+    from .models import (capabilities, create_model, list_models, load_model, load_weights, register_model,
+                         register_timm_models, save_model)
+    from .models.bcosify import bcosify
 
 __all__ = ["RightReasonsError", "__version__", "bcos", "bcosify", "capabilities", "convert_sync_batchnorm",
            "create_model", "list_models", "load_model", "load_weights", "register_model", "register_timm_models",
            "save_model"]
 
-_FROM_HUB = {"capabilities", "create_model", "list_models", "load_model", "load_weights", "register_model",
+_FROM_MODELS = {"capabilities", "create_model", "list_models", "load_model", "load_weights", "register_model",
              "register_timm_models", "save_model"}
 
 
@@ -35,14 +35,14 @@ def __getattr__(name: str) -> Any:
         from . import bcos
         return bcos
     if name == "bcosify":
-        from .models.bcosified import bcosify
+        from .models.bcosify import bcosify
         return bcosify
     if name == "convert_sync_batchnorm":
-        from .bcos.norms import convert_sync_batchnorm
+        from .bcos.sync import convert_sync_batchnorm
         return convert_sync_batchnorm
-    if name in _FROM_HUB:
-        from . import hub
-        return getattr(hub, name)
+    if name in _FROM_MODELS:
+        from . import models
+        return getattr(models, name)
     raise AttributeError(f"module 'rightreasons' has no attribute {name!r}")
 
 

@@ -1,8 +1,8 @@
 """Fixed names and defaults that the command line offers before a command runs, importable without torch.
 
 ``rightreasons COMMAND --help`` builds the command's parser and should answer at once (see
-[`rightreasons.cli`][rightreasons.cli]), but the modules that implement these values import torch. So each list a
-parser needs lives here, once, and the implementing module imports it from here:
+[`rightreasons.apps.cli`][rightreasons.apps.cli]), but the modules that implement these values import torch. So each
+list a parser needs lives here, once, and the implementing module imports it from here:
 
 * the synthetic benchmark (``rightreasons.data.synthetic``): its dataset names, splits and default split sizes
   (``rightreasons data synth``);

@@ -1,7 +1,7 @@
 """Typed, validated configs: dataclasses filled from YAML files and ``key=value`` overrides.
 
-The engine's run configs (:mod:`rightreasons.engine.schema`), the distillation schema and the typed recipes of
-:mod:`rightreasons.experiments` are all read through this module.
+Every config is read through this module: the engine's run config (:mod:`rightreasons.engine.config`), the configs
+each task extends it to, the typed recipes, studies and the demo settings.
 
 Every section is a dataclass; :func:`from_dict` checks every key against its fields (an unknown or misspelt key is an
 error that names the key and suggests the closest valid one) and every value against its annotation (``int``, ``float``,
@@ -25,8 +25,9 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "convert_arguments", "diff_configs", "excerpt", "expect",
-           "from_dict", "load_config", "merge_nested", "read_yaml", "to_dict"]
+__all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "construct", "convert_arguments", "diff_configs", "excerpt",
+           "expect",
+           "from_dict", "load_config", "read_config", "read_yaml", "to_dict"]
 
 T = TypeVar("T")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -121,6 +122,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
     if tp is Any:
         return value
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return _checked(value, path)
         return from_dict(tp, value, path)
     if origin is Literal:
         if not isinstance(value, (str, int, float, bool, type(None))) or value not in typing.get_args(tp):
@@ -231,6 +234,40 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
         raise ConfigError(f"{path or 'config'}: {e}") from e
 
 
+def construct(cls: Callable[..., T], *args: Any, key: str | None = None, **kwargs: Any) -> T:
+    """``cls(*args, **kwargs)``: a config dataclass built in code (a typed recipe builds the config it stands for
+    section by section; ``cls`` may also be a function that builds one), checked and converted as :func:`from_dict`
+    checks a mapping — every value against its annotation (nested sections too), then the section's own rules. A
+    value out of range is a :class:`FieldError` on ``key.field`` when ``key`` names the section being built; for the
+    whole config (``key=None``) every error is a :class:`~rightreasons.errors.ConfigError` naming the field."""
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls)]
+        hints = typing.get_type_hints(cls)
+        values = {**dict(zip(names, args)), **kwargs}
+        values = {name: _convert(value, hints[name], f"{key}.{name}" if key else name)
+                  for name, value in values.items()}
+        args, kwargs = (), values
+    try:
+        built = cls(*args, **kwargs)
+    except FieldError as e:
+        if key is not None:
+            raise FieldError(f"{key}.{e.key}", e.message) from None
+        raise ConfigError(f"{e.key}: {e.message}") from None
+    return built if dataclasses.is_dataclass(cls) else _checked(built, key or "")
+
+
+def _checked(config: T, path: str) -> T:
+    """``config``, a dataclass built in code, with every field checked against its annotation and converted as
+    :func:`from_dict` would (nested sections too); a :class:`ConfigError` names the first field that does not fit."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        converted = _convert(value, hints[f.name], f"{path}.{f.name}" if path else f.name)
+        if converted is not value:
+            object.__setattr__(config, f.name, converted)
+    return config
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """A plain, YAML/JSON-serialisable dict of a config dataclass."""
     return dataclasses.asdict(config)
@@ -244,17 +281,6 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
     node[keys[-1]] = value
-
-
-def merge_nested(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge the nested mapping ``extra`` into the raw config dict ``base`` in place (sections merge key by key,
-    anything else replaces) and return ``base``."""
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            merge_nested(base[key], value)
-        else:
-            base[key] = value
-    return base
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -271,20 +297,24 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def read_config(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The raw config of a YAML file (safe loader; a mapping at the top level) with ``overrides`` applied; errors
+    name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = read_yaml(path.read_text(encoding="utf-8")) or {}
+    except _YAML_ERRORS as e:  # UnicodeDecodeError is a ValueError
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return apply_overrides(data, overrides or [])
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Read a YAML file (safe loader) into ``cls``, applying ``overrides``; errors name the file and key."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            data = read_yaml(path.read_text(encoding="utf-8")) or {}
-        except _YAML_ERRORS as e:  # UnicodeDecodeError is a ValueError
-            raise ConfigError(f"{path}: not valid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    apply_overrides(data, overrides or [])
+    data = read_config(path, overrides) if path is not None else apply_overrides({}, overrides or [])
     try:
         return from_dict(cls, data)
     except ConfigError as e:

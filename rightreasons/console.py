@@ -7,6 +7,11 @@ how much of that reaches the terminal: the command line calls it with its ``--qu
 results of a command (tables, JSON, file lists) are not status: commands print those to stdout, where a pipe or a
 redirect gets them unmixed.
 
+Warnings (:mod:`warnings`: a box clipped to its image, a logit bias that differs from a file's) join the same channel:
+:func:`configure_logging` routes them through :mod:`logging` (``logging.captureWarnings``) to the same handler, so a
+command has one status stream on stderr, and ``--quiet`` leaves only warnings and errors in it. Progress bars
+(``tqdm``) show only on a terminal.
+
 A library user who never calls :func:`configure_logging` keeps Python's defaults (warnings and errors on stderr);
 ``logging.getLogger("rightreasons").setLevel(logging.INFO)`` plus a handler shows the status messages in a notebook.
 
@@ -26,10 +31,12 @@ import os
 import re
 import sys
 
-__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "configure_logging", "plain_text", "set_threads"]
+__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "WARNINGS_LOGGER", "configure_logging", "plain_text", "set_threads"]
 
 LOGGER_NAME = "rightreasons"
 """The root of the package's logger hierarchy."""
+WARNINGS_LOGGER = "py.warnings"
+"""The logger :func:`logging.captureWarnings` sends warnings to."""
 
 VERBOSITY_LEVELS = {-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}
 """``--quiet`` (-1): warnings and errors only; default (0): status messages; ``--verbose`` (1): debugging detail."""
@@ -68,13 +75,16 @@ def configure_logging(verbosity: int = 0) -> logging.Logger:
     if verbosity not in VERBOSITY_LEVELS:
         raise ValueError(f"verbosity must be one of {sorted(VERBOSITY_LEVELS)}, got {verbosity!r}")
     level = VERBOSITY_LEVELS[verbosity]
-    logger = logging.getLogger(LOGGER_NAME)
+    logger, warnings_logger = logging.getLogger(LOGGER_NAME), logging.getLogger(WARNINGS_LOGGER)
     if _handler is not None:
         logger.removeHandler(_handler)
+        warnings_logger.removeHandler(_handler)
     _handler = _StderrHandler()
     _handler.setFormatter(logging.Formatter(_FORMATS.get(level, _DEFAULT_FORMAT), datefmt="%H:%M:%S"))
     logger.addHandler(_handler)
     logger.setLevel(level)
+    warnings_logger.addHandler(_handler)
+    logging.captureWarnings(True)
     return logger
 
 

@@ -10,7 +10,7 @@ encoding       model input
 ``none``       the RGB image itself.
 =============  =======================================================================================================
 
-Which encoding a model takes is one of its capabilities (:func:`rightreasons.hub.capabilities`); the data pipeline
+Which encoding a model takes is one of its capabilities (:func:`rightreasons.models.capabilities`); the data pipeline
 appends :func:`encode` as its last transform, and :func:`reencode` converts a batch between two encodings exactly
 (a B-cos teacher and a standard student read the same images).
 

@@ -20,15 +20,17 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import RightReasonsError, UsageError
 from .faults import boundary
 
-__all__ = ["atomic_write", "file_digest", "fsync_path", "writable_directory", "writable_file", "write_csv_atomic",
+__all__ = ["atomic_write", "file_defect", "file_digest", "file_record", "fsync_path", "read_json_object",
+           "require_free_space", "writable_directory", "writable_file", "write_csv_atomic",
            "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
@@ -42,6 +44,26 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
         while chunk := f.read(_DIGEST_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_record(path: str | os.PathLike) -> dict[str, Any]:
+    """What a manifest records of a file to verify it later: ``{"bytes": size, "sha256": digest}``."""
+    return {"bytes": Path(path).stat().st_size, "sha256": file_digest(path)}
+
+
+def file_defect(path: str | os.PathLike, record: dict[str, Any], checksum: bool = True) -> str | None:
+    """Why the file ``path`` is not the one its :func:`file_record` ``record`` describes — missing, another size,
+    another SHA-256 (with ``checksum``) — as the end of a sentence about the file; ``None`` when it is. The one check
+    behind every manifest-verified set of files (training checkpoints, the e²KD cache's shards)."""
+    path = Path(path)
+    if not path.is_file():
+        return "is missing"
+    size = path.stat().st_size
+    if size != record.get("bytes"):
+        return f"has {size} bytes, its record says {record.get('bytes')} (truncated or replaced)"
+    if checksum and file_digest(path) != record.get("sha256"):
+        return "does not match its SHA-256 in the record (corrupted or replaced)"
+    return None
 
 
 def fsync_path(path: str | os.PathLike) -> None:
@@ -76,6 +98,16 @@ def writable_directory(path: str | os.PathLike, what: str = "output directory", 
         except OSError as e:
             raise UsageError(f"{what} {path} is not writable: {e}") from e
     return path
+
+
+def require_free_space(path: str | os.PathLike, needed: int, what: str, advice: str = "",
+                       error: type[RightReasonsError] = UsageError) -> None:
+    """Refuse, before any work, to write ``needed`` bytes under ``path`` when its disk has less free: ``error`` says
+    ``what`` needs the space (and ``advice``, how to need less)."""
+    free = shutil.disk_usage(path).free
+    if needed > free:
+        raise error(f"not enough free disk space in {path}: {what}, {needed:,} bytes in all, but only {free:,} bytes "
+                    f"are free{f'; {advice}' if advice else ''}")
 
 
 def writable_file(path: str | os.PathLike, what: str = "output file") -> Path:
@@ -126,6 +158,18 @@ def write_csv_atomic(path: str | os.PathLike, header: Sequence[str], rows: Itera
             writer.writerows(rows)
 
     return atomic_write(path, write)
+
+
+def read_json_object(path: str | os.PathLike, what: str, error: type[RightReasonsError] = UsageError) -> dict[str, Any]:
+    """The JSON object stored in ``path``; ``error`` names the file and ``what`` it should be when it cannot be read,
+    is not JSON, or holds something other than an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{path}: unreadable {what} ({type(e).__name__}: {e})") from e
+    if not isinstance(data, dict):
+        raise error(f"{path}: not a {what} (expected a JSON object)")
+    return data
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:

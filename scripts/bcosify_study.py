@@ -16,7 +16,7 @@ Per seed:
   right after the conversion (epoch 0). The
   speed-up is the ratio of the epochs each needs to reach the from-scratch model's final validation accuracy, and
   of the wall time: epochs × steps per epoch × the seconds of a training step, measured side by side
-  (:func:`rightreasons.experiments.compare_step_times`) — once for the fine-tuning alone (the paper's view: the
+  (:func:`rightreasons.engine.timing.compare_step_times`) — once for the fine-tuning alone (the paper's view: the
   standard model exists already) and once counting the standard model's training. Test split: accuracy, EPG and
   the 2×2 grid pointing game.
 * ``guidance`` — ``synthetic-birds`` with the background as a 100 % shortcut, as in the demo: a standard ResNet-18
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import tempfile
@@ -46,14 +45,15 @@ from torch import nn
 
 from rightreasons import bcosify, capabilities, load_model, save_model
 from rightreasons.data import GROUP_NAMES, collate, load_dataset, transforms_for
-from rightreasons.engine.schema import GuidanceConfig
-from rightreasons.evaluation import classifier_evaluators, evaluate
-from rightreasons.experiments import TrainingRun, compare_step_times, run_training
+from rightreasons.classification import EvalConfig, TrainingRun, run_training
+from rightreasons.engine import task_for_config
+from rightreasons.engine.timing import compare_step_times
+from rightreasons.guidance import GuidanceConfig, GuidedRun
+from rightreasons.metrics.evaluation import classifier_evaluators, evaluate
 from rightreasons.fileio import write_text_atomic
 from rightreasons.metrics import attribution_fn, build_grids, grid_pointing_game, select_confident
 from rightreasons.plotting import figure
 from rightreasons.reporting import cell, markdown_table, summarize
-from rightreasons.tasks import ClassificationTask
 
 SHAPES = "synthetic-multilabel"
 BIRDS = "synthetic-birds"
@@ -109,21 +109,20 @@ def data_options(settings: Settings, name: str, split: str) -> dict[str, Any]:
 def training_run(settings: Settings, folder: Path, seed: int, data: str, model: str, epochs: int, lr: float,
                  checkpoint: Path | None = None, guidance: GuidanceConfig | None = None,
                  curves: bool = False) -> TrainingRun:
-    """One training of the study (its folder emptied first): a standard model (cross-entropy, no AGC), a B-cosified
-    fine-tuning (AdamW) or a B-cos model from scratch (Adam). B-cos models use BCE with off-labels at 1/C and AGC;
-    with ``curves`` they are validated after every epoch (accuracy, and EPG of B-cos contributions at the input)."""
-    overrides: dict[str, Any] = {"optim": {"name": "adamw" if model.startswith("bcosified_") else "adam"}}
-    if model != "resnet18":
-        overrides["loss"] = {"uniform_off_labels": True}
-    if curves:
-        overrides["eval"] = {"every_epochs": 1, "localization": True, "method": "bcos", "layer": "input"}
-    shutil.rmtree(folder, ignore_errors=True)
-    return TrainingRun(output_dir=str(folder), seed=seed, model=model, model_kwargs={"inplanes": settings.width},
-                       checkpoint=None if checkpoint is None else str(checkpoint), data=data,
-                       data_options=data_options(settings, data, "train"), image_size=settings.size,
-                       batch_size=settings.batch_size, crop_scale=[1.0, 1.0] if data == SHAPES else [0.5, 1.0],
-                       epochs=epochs, lr=lr, guidance=guidance,
-                       annotated_fraction=settings.annotated_fraction if guidance else 1.0, overrides=overrides)
+    """One training of the study (a finished one of the same config is kept): a standard model (cross-entropy, no
+    AGC), a B-cosified fine-tuning (AdamW) or a B-cos model from scratch (Adam). B-cos models use BCE with off-labels
+    at 1/C and AGC; with ``curves`` they are validated after every epoch (accuracy, and EPG of B-cos contributions at
+    the input)."""
+    run = TrainingRun(output_dir=str(folder), seed=seed, model=model, model_kwargs={"inplanes": settings.width},
+                      checkpoint=None if checkpoint is None else str(checkpoint), data=data,
+                      data_options=data_options(settings, data, "train"), image_size=settings.size,
+                      batch_size=settings.batch_size, crop_scale=[1.0, 1.0] if data == SHAPES else [0.5, 1.0],
+                      epochs=epochs, lr=lr, optimizer="adamw" if model.startswith("bcosified_") else "adam",
+                      uniform_off_labels=model != "resnet18",
+                      annotated_fraction=settings.annotated_fraction if guidance else 1.0,
+                      eval=EvalConfig(every_epochs=1, localization=True, method="bcos", layer="input", num_images=0)
+                      if curves else None)
+    return run if guidance is None else GuidedRun(**vars(run), guidance=guidance)
 
 
 def convert(standard_file: Path, out: Path) -> Path:
@@ -235,7 +234,7 @@ def step_seconds(settings: Settings, converted: Path, folder: Path) -> dict[str,
                                           settings.finetune_lr, checkpoint=converted),
                 "scratch": training_run(settings, Path(tmp) / "scratch", 0, SHAPES, "bcos_resnet18", 100,
                                         settings.scratch_lr)}
-        timed = compare_step_times({k: ClassificationTask(r.config()) for k, r in runs.items()},
+        timed = compare_step_times({k: task_for_config(r.config())(r.config()) for k, r in runs.items()},
                                    steps=settings.timing_steps, warmup=2)
     return {k: v["step_seconds"] + v["loader_seconds"] for k, v in timed.items()}
 

@@ -255,7 +255,7 @@ def guidance_few_boxes(settings: Settings) -> list[Row]:
 def _distill_configs(settings: Settings, cache: Path) -> tuple[dict[str, object], tuple[str, str], int]:
     """Live and frozen e²KD configs of the same run (teacher, student, data, schedule), the pair, the batch size."""
     from rightreasons.config import from_dict
-    from rightreasons.tasks import DistillConfig
+    from rightreasons.distill import DistillConfig
 
     teacher, student = ("bcos_resnet18", "bcos_cifar10_resnet20") if settings.quick else ("bcos_resnet152",
                                                                                           "bcos_resnet18")
@@ -289,8 +289,8 @@ def e2kd_frozen_step(settings: Settings) -> list[Row]:
     the frozen step spent loading its batch (images, cached explanations and logits)."""
     import tempfile
 
-    from rightreasons.experiments import compare_step_times
-    from rightreasons.tasks import DistillationTask, write_teacher_cache
+    from rightreasons.distill import DistillationTask, write_teacher_cache
+    from rightreasons.engine.timing import compare_step_times
 
     steps, warmup = (2, 1) if settings.quick else (8, 2)
     with tempfile.TemporaryDirectory() as tmp:
@@ -322,13 +322,13 @@ def _bcosify_runs(settings: Settings, folder: Path) -> tuple[dict[str, object], 
     import dataclasses
 
     import bcosify_study as study  # scripts/ is on sys.path when this script runs
-    from rightreasons.experiments import run_training
+    from rightreasons.classification import run_training
 
     s = study.Settings.quick() if settings.quick else study.Settings.full()
 
     def run(name: str, model: str, epochs: int, lr: float, **extra: object):
         recipe = study.training_run(s, folder / name, 0, study.SHAPES, model, epochs, lr, **extra)
-        return dataclasses.replace(recipe, overrides={**recipe.overrides, "cpu": settings.device.type == "cpu"})
+        return dataclasses.replace(recipe, cpu=settings.device.type == "cpu")
 
     trained = run_training(run("standard", "resnet18", s.standard_epochs, 1e-3))
     converted = study.convert(Path(trained["model_file"]), folder / "bcosified.safetensors")
@@ -350,12 +350,11 @@ def bcosify_speedup(settings: Settings) -> list[Row]:
     accuracy after each epoch is measured outside the timed part)."""
     import tempfile
 
-    from rightreasons.engine import Trainer
-    from rightreasons.tasks import ClassificationTask
+    from rightreasons.engine import Trainer, task_for_config
 
     with tempfile.TemporaryDirectory() as tmp:
         configs, epochs, setup = _bcosify_runs(settings, Path(tmp))
-        trainers = {name: Trainer(ClassificationTask(config)) for name, config in configs.items()}
+        trainers = {name: Trainer(task_for_config(config)(config)) for name, config in configs.items()}
         curves: dict[str, list[tuple[float, float]]] = {name: [] for name in trainers}  # (seconds so far, accuracy)
         for epoch in range(max(epochs.values())):
             for name, trainer in trainers.items():

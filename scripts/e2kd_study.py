@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +32,11 @@ import torch
 
 from rightreasons.data import load_dataset, transforms_for
 from rightreasons.distill import FidelityEvaluator
-from rightreasons.evaluation import ClassificationEvaluator, evaluate
-from rightreasons.experiments import MODE_LABELS, MODES, DistillationRun, TrainingRun, run_distillation, run_training
+from rightreasons.metrics.evaluation import ClassificationEvaluator, evaluate
+from rightreasons.classification import TrainingRun, run_training
+from rightreasons.distill import MODE_LABELS, MODES, DistillationRun, run_distillation
 from rightreasons.fileio import write_text_atomic
-from rightreasons.hub import load_model
+from rightreasons.models import load_model
 from rightreasons.reporting import cell, markdown_table, summarize
 
 LABELS = {"accuracy": "accuracy", "ood_accuracy": "OOD accuracy", "agreement": "agreement",
@@ -76,16 +76,12 @@ def options(base: dict[str, Any], size: int, n: int | None) -> dict[str, Any]:
 
 
 def train_teacher(out: Path, study: Study, args: argparse.Namespace) -> Path:
-    """The teacher (reused when ``out/teacher`` holds a finished one)."""
-    model_file = out / "teacher" / "model.safetensors"
-    if model_file.is_file():
-        return model_file
-    shutil.rmtree(out / "teacher", ignore_errors=True)
-    run_training(TrainingRun(
+    """The teacher (the grid runner keeps a finished one of the same config in ``out/teacher``)."""
+    return Path(run_training(TrainingRun(
         output_dir=str(out / "teacher"), model="bcos_resnet18", model_kwargs={"inplanes": 16}, data=study.data,
         data_options=options(study.teacher_options, args.size, args.train_images), image_size=args.size,
-        batch_size=args.batch_size, crop_scale=list(study.crop_scale), epochs=args.teacher_epochs, lr=1e-3))
-    return model_file
+        batch_size=args.batch_size, crop_scale=list(study.crop_scale), epochs=args.teacher_epochs,
+        lr=1e-3))["model_file"])
 
 
 def score(student: torch.nn.Module, teacher: torch.nn.Module, test: Any) -> dict[str, float]:
@@ -124,21 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     teacher_model = load_model(teacher)
     test = load_dataset(study.data, None, "test", **options(study.student_options, args.size, args.test_images),
                         transform=transforms_for(teacher_model, args.size, crop_fraction=1.0))
-    shutil.rmtree(out / "teacher-cache", ignore_errors=True)
     runs: list[dict[str, dict[str, float]]] = []
     for seed in range(args.seeds):
         runs.append({})
         for mode in MODES:
             folder = out / f"seed-{seed}" / mode
-            shutil.rmtree(folder, ignore_errors=True)
             result = run_distillation(DistillationRun(
                 teacher=str(teacher), mode=mode, output_dir=str(folder), student="bcos_resnet18",
                 student_kwargs={"inplanes": 8}, data=study.data,
                 data_options=options(study.student_options, args.size, args.train_images), image_size=args.size,
                 batch_size=args.batch_size // (2 if args.shots else 1), epochs=args.epochs,
                 explanation_weight=args.weight, seed=seed, cache_dir=str(out / "teacher-cache"), test_split=None,
-                overrides={"distill": {"shots": args.shots}, "eval": {"localization": False},
-                           "data": {"crop_scale": list(study.crop_scale)}}))
+                shots=args.shots, localization=False, crop_scale=list(study.crop_scale)))
             runs[seed][mode] = score(load_model(result["model_file"]), teacher_model, test)
             print(f"seed {seed} {mode}: {runs[seed][mode]}", file=sys.stderr, flush=True)
     summary = summarize(runs, MODES, study.metrics)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from rightreasons.hub import registry
+from rightreasons.engine import task as task_registry
+from rightreasons.models import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -33,7 +36,10 @@ def test_the_documents_hold_python_blocks():
 def test_the_block_runs(name, index, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # models a block registers stay in the block
-    exec(compile(code, f"{name} python block {index}", "exec"), {"__name__": f"docs_block_{index}"})
+    monkeypatch.setattr(task_registry, "_TASKS", dict(task_registry._TASKS))  # so do its tasks
+    module = types.ModuleType(f"docs_block_{index}")  # a real module, as a script is (dataclasses look it up)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(code, f"{name} python block {index}", "exec"), module.__dict__)
 
 
 CITED = re.compile(r"(?<![\w/.])((?:configs|docs|scripts|rightreasons|tests)/[\w./-]*\w(?:\.(?:py|md|yaml))?)")

@@ -16,24 +16,29 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 
-#: rank of each part of the package; a module may import modules of a lower rank, or of its own top-level part
+#: rank of each part of the package; a module may import modules of a lower rank, or of its own top-level part. The
+#: rule of the floor plan: the features (classification, which guidance and distillation build on) sit above the
+#: engine, the engine above the kit (models, explanations, data, metrics, reporting), and no two features of one rank
+#: import each other.
 LAYERS: dict[str, float] = {
     "errors": -1, "version": -1, "faults": -1, "console": -1, "choices": -1,
     "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "plotting": 0.5,
     "bcos": 1,
-    "hub.registry": 1.5,
+    "models.registry": 1.5,
     "models": 2,
-    "hub": 2.5,
     "explain": 3, "data": 3,
-    "metrics": 4, "classification": 4,
-    "evaluation": 4.5,
-    "guidance": 5, "distill": 5, "reporting": 5,
-    "engine": 6,
-    "tasks": 7,
-    "experiments": 8, "sweep": 8,
-    "demo": 9,
-    "cli": 10, "__main__": 11, "": 10,  # "" is the package itself (the public API facade)
+    "metrics": 4,
+    "reporting": 4.5,
+    "engine": 5,
+    "classification": 6,
+    "guidance": 7, "distill": 7,
+    "apps": 8,
+    "__main__": 9, "": 8,  # "" is the package itself (the public API facade)
 }
+#: the parts of the kit, below the engine
+KIT = ("bcos", "models", "explain", "data", "metrics", "reporting")
+#: the features, above the engine
+FEATURES = ("classification", "guidance", "distill")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -129,7 +134,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_every_module_and_import():
     assert len(MODULES) > 80
-    assert "rightreasons.hub.registry" in GRAPH["rightreasons.models.resnet"]
+    assert "rightreasons.models.registry" in GRAPH["rightreasons.models.resnet"]
     assert "rightreasons.explain.layers" in GRAPH["rightreasons.explain.attribution"]  # a relative import
 
 
@@ -149,8 +154,32 @@ def test_every_module_imports_only_layers_below_it(module):
     assert not upward, f"{module} (layer {part!r}) imports {upward} from its own or a higher layer"
 
 
-def test_the_registry_imports_nothing_but_the_error_classes():
-    assert GRAPH["rightreasons.hub.registry"] <= {"rightreasons.errors"}
+def test_the_registry_imports_nothing_but_the_error_classes_and_the_config_rules():
+    assert GRAPH["rightreasons.models.registry"] <= {"rightreasons.errors", "rightreasons.config"}
+
+
+def test_the_engine_knows_no_feature_and_no_model():
+    """The engine trains any task: it imports no feature, and nothing of the B-cos kit, the model zoo or the
+    explanation methods (they reach it through the task and its hooks)."""
+    engine = {m: deps for m, deps in GRAPH.items() if _part(m) == "engine"}
+    assert "rightreasons.engine.trainer" in engine
+    forbidden = (*FEATURES, "apps", "bcos", "models", "explain")
+    for module, deps in engine.items():
+        assert not {d for d in deps if _part(d).split(".")[0] in forbidden}, module
+
+
+def test_no_arrow_runs_back_up():
+    """Every import goes down the floor plan (or stays in its part): the kit never imports the engine or a feature,
+    a feature never imports an application, and the features of one rank (guidance, distillation) never import each
+    other."""
+    for module, deps in GRAPH.items():
+        part = _part(module).split(".")[0]
+        for dep in deps:
+            target = _part(dep).split(".")[0]
+            if part in KIT:
+                assert target not in ("engine", *FEATURES, "apps"), (module, dep)
+            if part in FEATURES:
+                assert target != "apps" and (target == part or target not in FEATURES[1:]), (module, dep)
 
 
 def test_the_layer_kit_imports_nothing_above_it():
@@ -161,11 +190,17 @@ def test_the_layer_kit_imports_nothing_above_it():
         assert outside <= {"rightreasons.choices", "rightreasons.encoding", "rightreasons.errors"}, (module, outside)
 
 
+#: the machinery of the zoo, above the model files: building, weights, facts about a model, timm
+MACHINERY = {f"rightreasons.models.{name}" for name in ("factory", "weights", "pretrained", "capabilities",
+                                                       "timm_bridge")}
+
+
 def test_model_files_use_the_registry_only_to_register():
-    for module, deps in GRAPH.items():
-        if _part(module) == "models":
-            assert not {d for d in deps if d.startswith("rightreasons.hub") and d != "rightreasons.hub.registry"}, \
-                module
+    families = [m for m in GRAPH if _part(m) == "models" and m not in MACHINERY | {"rightreasons.models",
+                                                                                  "rightreasons.models.registry"}]
+    assert "rightreasons.models.resnet" in families and "rightreasons.models.bcosify.convert" in families
+    for module in families:
+        assert not GRAPH[module] & MACHINERY, module
 
 
 def test_importing_the_package_leaves_timm_alone():

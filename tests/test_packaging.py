@@ -36,5 +36,6 @@ def test_the_wheel_contains_the_configs(tmp_path):
     shipped = {f"rightreasons/configs/{p.relative_to(ROOT / 'configs')}" for p in (ROOT / "configs").rglob("*")
                if p.suffix in (".yaml", ".md")}
     assert shipped and shipped <= names, sorted(shipped - names)[:10]
-    for module in ("rightreasons/cli/__init__.py", "rightreasons/data/prepare/__init__.py", "rightreasons/console.py"):
+    for module in ("rightreasons/apps/cli/__init__.py", "rightreasons/data/prepare/__init__.py",
+                   "rightreasons/console.py"):
         assert module in names

@@ -24,30 +24,12 @@ Uncentred BatchNorm/AllNorm keep a ``running_var`` EMA of the biased batch varia
 is never updated (it exists so that release checkpoints load); centred ones follow :class:`torch.nn.BatchNorm2d`.
 
 In training mode the batch-statistics norms (BatchNorm, AllNorm) take their statistics in one place,
-:meth:`_RunningStatsNorm.batch_statistics`. :func:`shared_batch_statistics` makes a later forward of a *part* of a batch
+:meth:`RunningStatsNorm.batch_statistics`. :func:`shared_batch_statistics` makes a later forward of a *part* of a batch
 reuse the statistics (and their autograd graph) that the forward of the whole batch took, so that explaining only some
 images of a batch equals explaining them within the whole batch.
 
-:func:`convert_sync_batchnorm` makes these statistics those of the batches of *all* processes of a distributed run
-(synchronised BatchNorm), so that N processes with a global batch of B images train as one process with B images:
-
-* each process contributes one row ``(count, mean [C], biased variance [C])`` of its own batch to a
-  ``[processes, 1 + 2C]`` table (zeros elsewhere), and one all-reduce sums the table, so every process holds every row;
-* the rows combine exactly: the mean is the count-weighted mean of the means and the variance is the count-weighted
-  mean of ``variance + (mean − global mean)²`` (within-process spread plus the spread of the means), with no
-  ``E[x²] − E[x]²`` cancellation;
-* the all-reduce is an autograd function whose backward is the same all-reduce of the gradients (every process's loss
-  depends on every process's batch through the statistics) and is itself differentiable, so first- and second-order
-  gradients (a loss on an explanation) and explanation mode see the global statistics exactly as one process would;
-* running statistics are updated from the global statistics on every process, centred ones with the unbiased factor
-  ``n / (n − 1)`` of the global count ``n``.
-
-Only training-mode statistics are synchronised; every process must then run the same forward and backward passes
-through the norms (their all-reduces pair up in order), and they run on a process group of their own, so that they
-never interleave with the gradient all-reduces of ``DistributedDataParallel``. Standard models'
-:class:`torch.nn.BatchNorm2d` modules become :class:`SyncBatchNorm2d` (the same numerics, a plain division instead of a
-dynamic weight, so the model stays a standard one); :class:`torch.nn.SyncBatchNorm` is not used: it runs on GPUs only
-and its backward is not differentiable, so a loss on an explanation could not be trained through it.
+:func:`~rightreasons.bcos.sync.convert_sync_batchnorm` makes them the statistics of the batches of *all* processes
+of a distributed run (synchronised BatchNorm, :mod:`rightreasons.bcos.sync`), taken by :mod:`.collectives`.
 """
 
 from __future__ import annotations
@@ -60,21 +42,22 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..errors import UsageError
+from .collectives import statistics_group, synchronised_statistics
 from .dynamic import DynamicLinear
 
 __all__ = [
     "AllNorm2d", "AllNormUncentered2d", "BatchNorm2d", "BatchNormUncentered2d", "GNInstanceNorm2d",
     "GNInstanceNormUncentered2d", "GNLayerNorm2d", "GNLayerNormUncentered2d", "GroupNorm2d", "GroupNormUncentered2d",
     "LayerNorm", "LayerNormUncentered", "NORM_LAYERS", "NoBias", "PositionNorm2d", "PositionNormUncentered2d",
-    "SyncBatchNorm2d", "Unaffine", "convert_sync_batchnorm", "get_norm_layer", "shared_batch_statistics",
-    "synchronised_batch_norms", "training_batch_norms", "unshareable_batch_norms",
+    "RunningStatsNorm",
+    "Unaffine", "get_norm_layer", "shared_batch_statistics",
+    "training_batch_norms", "unshareable_batch_norms",
 ]
 
 
 def _normalize(module: nn.Module, x: Tensor, var: Tensor, mean: Tensor | None) -> Tensor:
     """``(x − mean) / sqrt(var + eps)`` with the std as the dynamic divisor (shapes broadcast); a plain division in
-    the norms of standard models (:class:`SyncBatchNorm2d`)."""
+    the norms of standard models (:class:`~rightreasons.bcos.sync.SyncBatchNorm2d`)."""
     centred = x if mean is None else x - mean
     std = (var + module.eps).sqrt()
     return module.dynamic(std, centred, product="div") if isinstance(module, DynamicLinear) else centred / std
@@ -100,60 +83,9 @@ def _check_4d(module: nn.Module, x: Tensor) -> None:
         raise ValueError(f"{type(module).__name__} expects a [N, C, H, W] tensor, got shape {tuple(x.shape)}")
 
 
-class _AllReduceSum(torch.autograd.Function):
-    """The sum of a tensor over the processes of a group. Every process's loss depends on every process's input, so
-    the gradient is the same sum of the gradients; taken with this function again, it is itself differentiable."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, group: dist.ProcessGroup) -> Tensor:  # noqa: D102
-        ctx.group = group
-        total = x.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(total, group=group)
-        return total
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):  # noqa: D102
-        return _AllReduceSum.apply(grad, ctx.group), None
-
-
-@torch.compiler.disable  # a collective with an autograd graph of its own; traced graphs would not pair it up
-def _synchronised_statistics(x: Tensor, dim: tuple[int, ...], centred: bool,
-                             group: dist.ProcessGroup) -> tuple[Tensor, Tensor | None, Tensor]:
-    """Biased variance ``[C]``, mean ``[C]`` (``None`` unless ``centred``) and count (0-dim) over ``dim`` of the
-    batch made of every process's ``x`` (the module docstring says how); differentiable to every process's ``x``."""
-    var, mean = torch.var_mean(x, dim=dim, unbiased=False)
-    var, mean = var.reshape(-1), mean.reshape(-1)
-    dtype = torch.promote_types(x.dtype, torch.float32)  # counts and sums of half-precision batches stay exact
-    count = torch.full((1,), x.numel() // var.numel(), dtype=dtype, device=x.device)
-    row = torch.cat([count, mean.to(dtype), var.to(dtype)])
-    rank = torch.tensor([dist.get_rank(group)], device=x.device)
-    table = _AllReduceSum.apply(row.new_zeros(dist.get_world_size(group), row.numel()).index_copy(0, rank, row[None]),
-                                group)
-    counts, means, variances = table[:, :1], table[:, 1:1 + var.numel()], table[:, 1 + var.numel():]
-    total = counts.sum()
-    weights = counts / total
-    global_mean = (weights * means).sum(0)
-    global_var = (weights * (variances + (means - global_mean) ** 2)).sum(0)
-    return global_var.to(x.dtype), global_mean.to(x.dtype) if centred else None, total
-
-
-#: the process group of synchronised statistics: ``(default group it was made in, group)``
-_STATISTICS_GROUP: tuple[dist.ProcessGroup, dist.ProcessGroup] | None = None
-
-
-def _statistics_group() -> dist.ProcessGroup:
-    """The process group synchronised norms use by default: all processes, in a group of their own (made once per
-    default group, collectively: every process must call this at the same point)."""
-    global _STATISTICS_GROUP
-    world = dist.group.WORLD
-    if _STATISTICS_GROUP is None or _STATISTICS_GROUP[0] is not world:
-        _STATISTICS_GROUP = (world, dist.new_group())
-    return _STATISTICS_GROUP[1]
-
-
-class _RunningStatsNorm(nn.BatchNorm2d):
+class RunningStatsNorm(nn.BatchNorm2d):
     """BatchNorm-style norm with running statistics; subclasses choose centring and whether C is pooled too, and are
-    dynamic linear (the B-cos norms) or not (:class:`SyncBatchNorm2d`)."""
+    dynamic linear (the B-cos norms) or not (:class:`~rightreasons.bcos.sync.SyncBatchNorm2d`)."""
 
     centred: bool
     pool_channels: bool = False
@@ -164,8 +96,8 @@ class _RunningStatsNorm(nn.BatchNorm2d):
 
     #: set by :func:`shared_batch_statistics`: ``[]`` to record, ``[(var, mean)]`` to replay
     _shared: list[tuple[Tensor, Tensor | None]] | None = None
-    #: set by :func:`convert_sync_batchnorm`: take training statistics over the batches of all processes of
-    #: ``sync_group`` (``None``: all processes, in a group of their own)
+    #: set by :func:`~rightreasons.bcos.sync.convert_sync_batchnorm`: take training statistics over the batches of all
+    #: processes of ``sync_group`` (``None``: all processes, in a group of their own)
     synchronise: bool = False
     sync_group: dist.ProcessGroup | None = None
 
@@ -179,7 +111,7 @@ class _RunningStatsNorm(nn.BatchNorm2d):
         if not (self.synchronise and self.training and dist.is_available() and dist.is_initialized()
                 and dist.get_world_size() > 1):
             return None
-        group = _statistics_group() if self.sync_group is None else self.sync_group
+        group = statistics_group() if self.sync_group is None else self.sync_group
         return group if dist.get_world_size(group) > 1 else None
 
     def batch_statistics(self, x: Tensor) -> tuple[Tensor, Tensor | None, float | Tensor]:
@@ -189,7 +121,7 @@ class _RunningStatsNorm(nn.BatchNorm2d):
         dims = (0, 1, 2, 3) if self.pool_channels else (0, 2, 3)
         group = self.synchronised_group()
         if group is not None:
-            return _synchronised_statistics(x, dims, self.centred, group)
+            return synchronised_statistics(x, dims, self.centred, group)
         var, mean = _statistics(x, dims, self.centred, keepdim=False)
         return var, mean, x.numel() / var.numel()
 
@@ -222,49 +154,30 @@ class _RunningStatsNorm(nn.BatchNorm2d):
         return _affine(y, self.weight, self.bias, shape)
 
 
-class BatchNormUncentered2d(_RunningStatsNorm, DynamicLinear):
+class BatchNormUncentered2d(RunningStatsNorm, DynamicLinear):
     """Uncentred BatchNorm: ``γ · x / sqrt(var_B + eps)``; the release's ``bnu`` norm (with :func:`NoBias`)."""
 
     centred = False
 
 
-class BatchNorm2d(_RunningStatsNorm, DynamicLinear):
+class BatchNorm2d(RunningStatsNorm, DynamicLinear):
     """Centred BatchNorm, numerically :class:`torch.nn.BatchNorm2d`, with the std as a dynamic weight."""
 
     centred = True
 
 
-class AllNormUncentered2d(_RunningStatsNorm, DynamicLinear):
+class AllNormUncentered2d(RunningStatsNorm, DynamicLinear):
     """Uncentred AllNorm: one variance over the whole batch tensor (N, C, H, W); parameters of size 1."""
 
     centred = False
     pool_channels = True
 
 
-class AllNorm2d(_RunningStatsNorm, DynamicLinear):
+class AllNorm2d(RunningStatsNorm, DynamicLinear):
     """Centred AllNorm: one mean and variance over N, C, H, W; parameters of size 1."""
 
     centred = True
     pool_channels = True
-
-
-class SyncBatchNorm2d(_RunningStatsNorm):
-    """:class:`torch.nn.BatchNorm2d` of a standard model, synchronised: the same numerics, parameters, buffers and
-    state-dict keys, with the batch statistics of :meth:`batch_statistics`. Not dynamic linear, so a standard model
-    stays a standard one; :func:`convert_sync_batchnorm` puts it in place of each ``torch.nn.BatchNorm2d``."""
-
-    centred = True
-
-    @classmethod
-    def from_batchnorm(cls, norm: nn.BatchNorm2d) -> SyncBatchNorm2d:
-        """The norm holding ``norm``'s own parameters and buffers (the same tensor objects, so an optimiser built
-        before the conversion keeps updating them), in ``norm``'s mode; :func:`convert_sync_batchnorm` synchronises
-        it."""
-        synced = cls(norm.num_features, norm.eps, norm.momentum, norm.affine, norm.track_running_stats)
-        synced.weight, synced.bias = norm.weight, norm.bias
-        synced.running_mean, synced.running_var = norm.running_mean, norm.running_var
-        synced.num_batches_tracked = norm.num_batches_tracked
-        return synced.train(norm.training)
 
 
 class _GroupStatsNorm(nn.GroupNorm, DynamicLinear):
@@ -378,7 +291,7 @@ def training_batch_norms(model: nn.Module) -> list[tuple[str, nn.Module]]:
 def unshareable_batch_norms(model: nn.Module) -> list[str]:
     """Names of the modules of ``model`` that normalise with batch statistics now but cannot share them
     (:func:`shared_batch_statistics` refuses them): those that are not ours, e.g. :class:`torch.nn.BatchNorm2d`."""
-    return [name for name, m in training_batch_norms(model) if not isinstance(m, _RunningStatsNorm)]
+    return [name for name, m in training_batch_norms(model) if not isinstance(m, RunningStatsNorm)]
 
 
 @contextmanager
@@ -397,7 +310,7 @@ def shared_batch_statistics(model: nn.Module) -> Iterator[None]:
     if foreign:
         raise ValueError(f"cannot share batch statistics of {type(model.get_submodule(foreign[0])).__name__} "
                          f"module {foreign[0]!r} ({len(foreign)} such modules)")
-    norms = [m for m in model.modules() if isinstance(m, _RunningStatsNorm)]
+    norms = [m for m in model.modules() if isinstance(m, RunningStatsNorm)]
     for m in norms:
         m._shared = []
     try:
@@ -405,54 +318,6 @@ def shared_batch_statistics(model: nn.Module) -> Iterator[None]:
     finally:
         for m in norms:
             m._shared = None
-
-
-def synchronised_batch_norms(model: nn.Module) -> list[str]:
-    """Names of the modules of ``model`` whose statistics are synchronised across processes now (see
-    :func:`convert_sync_batchnorm`): through them, every process's batch and gradients reach every other process."""
-    return [name for name, m in model.named_modules()
-            if isinstance(m, _RunningStatsNorm) and m.synchronised_group() is not None]
-
-
-def convert_sync_batchnorm(model: nn.Module, process_group: dist.ProcessGroup | None = None) -> nn.Module:
-    """Make every batch-statistics norm of ``model`` take its training statistics over the batches of all processes
-    (synchronised BatchNorm; how and why: the module docstring).
-
-    Our BatchNorm/AllNorm variants (centred or not) are switched in place; each :class:`torch.nn.BatchNorm2d` of a
-    standard model is replaced by a :class:`SyncBatchNorm2d` holding its parameters and buffers;
-    :class:`torch.nn.SyncBatchNorm` modules are left as they are. The state dict is unchanged, so weights saved from
-    the converted model load into the plain one. Outside a multi-process run (or in eval mode) nothing changes.
-
-    Args:
-        model: the model (converted in place and returned; a bare ``torch.nn.BatchNorm2d`` is returned replaced).
-        process_group: the processes to synchronise over; default: all, in a process group of their own (made here
-            when the default process group exists, else at the first synchronised forward; every process must
-            convert its model at the same point).
-
-    Raises:
-        UsageError: ``model`` holds another BatchNorm class (``BatchNorm1d``/``3d``, or a subclass such as timm's
-            ``BatchNormAct2d``), whose statistics cannot be synchronised here.
-    """
-    if type(model) is nn.BatchNorm2d:
-        model = SyncBatchNorm2d.from_batchnorm(model)
-    other = [(name, type(m).__name__) for name, m in model.named_modules()
-             if isinstance(m, nn.modules.batchnorm._BatchNorm) and type(m) is not nn.BatchNorm2d
-             and not isinstance(m, (_RunningStatsNorm, nn.SyncBatchNorm))]
-    if other:
-        listed = ", ".join(f"{name or '<model>'} ({kind})" for name, kind in other[:3])
-        raise UsageError(f"cannot synchronise the batch statistics of {listed}{' and more' if len(other) > 3 else ''}: "
-                         "only BatchNorm2d and the B-cos BatchNorm/AllNorm variants can be synchronised; "
-                         "set model.sync_bn=false to keep per-process statistics")
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.BatchNorm2d:
-                setattr(parent, name, SyncBatchNorm2d.from_batchnorm(child))
-    for m in model.modules():
-        if isinstance(m, _RunningStatsNorm):
-            m.synchronise, m.sync_group = True, process_group
-    if process_group is None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        _statistics_group()
-    return model
 
 
 NormFactory = Callable[..., nn.Module]

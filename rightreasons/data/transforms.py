@@ -22,7 +22,7 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from ..encoding import encode
-from ..hub.capabilities import capabilities
+from ..models.capabilities import capabilities
 from .errors import DataError
 
 __all__ = ["AttachExplanations", "ExplanationMap", "SanitizeBoxes", "base_view", "eval_transform", "train_transform",

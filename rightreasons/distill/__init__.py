@@ -1,28 +1,35 @@
-"""Explanation-enhanced knowledge distillation, e²KD (thesis ch. 8): the building blocks.
+"""Explanation-enhanced knowledge distillation, e²KD (``rightreasons distill`` / ``cache`` / ``analyze shift``).
 
+* :mod:`.config` — the ``teacher`` and ``distill`` sections and :class:`DistillConfig`;
 * :mod:`.losses` — KD, multi-label KD, the explanation term ``1 − cos(E_S, E_T)`` and attention transfer;
 * :mod:`.explanations` — which explanation a pair compares and the teacher's side of a step;
 * :mod:`.objective` — the weighted objective of one step;
+* :mod:`.teacher` — loading the frozen teacher, and writing the cache of its explanations;
 * :mod:`.cache` — frozen teacher logits and explanations on disk (sharded float16 safetensors with a manifest);
-* :mod:`.evaluation` — agreement with the teacher and explanation similarity, as an evaluator;
-* :mod:`.shift` — explanation similarity under diagonal image shifts (``rightreasons analyze shift``);
-* :mod:`.subsets` — limited data: N shots per class.
-
-Distillation runs on the engine as :class:`rightreasons.tasks.DistillationTask`; one-call recipes are in
-:mod:`rightreasons.experiments.distillation`.
+* :mod:`.subsets` — limited data: N shots per class;
+* :mod:`.task` — :class:`DistillationTask` (registered as ``distill``);
+* :mod:`.fidelity` — agreement with the teacher and explanation similarity, as an evaluator;
+* :mod:`.recipe` — :class:`DistillationRun`, KD / e²KD / frozen e²KD as a typed one-call config;
+* :mod:`.shift` — explanation similarity under diagonal image shifts.
 """
 
 from .cache import CacheCorruptError, CacheMismatchError, ExplanationCache, weights_fingerprint, write_cache
-from .evaluation import FidelityEvaluator
+from .config import DistillConfig, DistillSection, EvalDataConfig, TeacherConfig
 from .explanations import EXPLANATION_CHOICES, TeacherOutputs, freeze, resolve_explanation, teacher_outputs
+from .fidelity import FidelityEvaluator
 from .losses import attention_map, attention_transfer_loss, explanation_loss, kd_loss, multilabel_kd_loss
 from .objective import DistillObjective, DistillOutput
+from .recipe import MODE_LABELS, MODES, DistillationRun, run_distillation, train_distillation
 from .shift import shift_similarity
 from .subsets import ShotSubset, few_shot_indices
+from .task import DistillationTask
+from .teacher import cache_setting, load_teacher, write_teacher_cache
 
 __all__ = [
-    "EXPLANATION_CHOICES", "CacheCorruptError", "CacheMismatchError", "DistillObjective", "DistillOutput",
-    "ExplanationCache", "FidelityEvaluator", "ShotSubset", "TeacherOutputs", "attention_map",
-    "attention_transfer_loss", "explanation_loss", "few_shot_indices", "freeze", "kd_loss", "multilabel_kd_loss",
-    "resolve_explanation", "shift_similarity", "teacher_outputs", "weights_fingerprint", "write_cache",
+    "EXPLANATION_CHOICES", "MODES", "MODE_LABELS", "CacheCorruptError", "CacheMismatchError", "DistillConfig",
+    "DistillObjective", "DistillOutput", "DistillSection", "DistillationRun", "DistillationTask", "EvalDataConfig",
+    "ExplanationCache", "FidelityEvaluator", "ShotSubset", "TeacherConfig", "TeacherOutputs", "attention_map",
+    "attention_transfer_loss", "cache_setting", "explanation_loss", "few_shot_indices", "freeze", "kd_loss",
+    "load_teacher", "multilabel_kd_loss", "resolve_explanation", "run_distillation", "shift_similarity",
+    "teacher_outputs", "train_distillation", "weights_fingerprint", "write_cache", "write_teacher_cache",
 ]

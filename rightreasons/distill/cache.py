@@ -35,12 +35,12 @@ the same :class:`~rightreasons.errors.CacheError`.
 from __future__ import annotations
 
 import errno
+import logging
 import hashlib
 import json
 import math
 import os
 import secrets
-import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,11 +56,14 @@ from ..data import collate
 from ..data.io import relative_path
 from ..config import diff_configs
 from ..errors import CacheError
-from ..fileio import atomic_write, file_digest, writable_directory, write_json_atomic
-from ..hub import unwrap_model
+from ..fileio import (atomic_write, file_defect, file_record, read_json_object, require_free_space,
+                      writable_directory, write_json_atomic)
+from ..models import unwrap_model
 
 __all__ = ["CacheCorruptError", "CacheMismatchError", "ExplanationCache", "MANIFEST", "weights_fingerprint",
            "write_cache"]
+
+logger = logging.getLogger(__name__)
 
 FORMAT, VERSION = "rightreasons-explanation-cache", 1
 MANIFEST = "manifest.json"
@@ -98,16 +101,6 @@ def _shard_name(index: int) -> str:
     return f"shard-{index:05d}"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CacheError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
-    if not isinstance(data, dict):
-        raise CacheError(f"{path}: expected a JSON object")
-    return data
-
-
 def _require(record: Any, keys: Sequence[str], where: str | Path) -> None:
     """Refuse a manifest entry that is not a mapping holding ``keys`` (a :class:`CacheError` naming the key)."""
     if not isinstance(record, Mapping):
@@ -129,14 +122,6 @@ def _bytes_per_image(explainer: Explainer, dataset: Any, device: torch.device) -
     batch = collate([dataset[0]])
     logits, explanations = explainer(batch["image"].to(device))
     return explanations[0].numel() * 2 + logits.shape[1] * 4 + 4
-
-
-def _check_free_space(root: Path, images: int, per_image: int) -> None:
-    """Refuse to start when the shards still to write do not fit on the disk (with 5 % headroom)."""
-    needed, free = int(1.05 * images * per_image), shutil.disk_usage(root).free
-    if needed > free:
-        raise CacheError(f"not enough free disk space in {root}: the {images:,} images still to cache need about "
-                         f"{needed:,} bytes ({per_image:,} per image), but only {free:,} are free")
 
 
 def _explain_rows(explainer: Explainer, dataset: Any, rows: range, batch_size: int,
@@ -163,8 +148,8 @@ def _write_shard(root: Path, index: int, rows: range, maps: Tensor, scales: Tens
     path = atomic_write(root / f"{name}.safetensors", lambda tmp: save_file(
         {"explanations": maps.contiguous(), "scales": scales.contiguous(), "logits": logits.contiguous()},
         str(tmp), metadata={"ids": json.dumps(ids)}))
-    record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, "sha256": file_digest(path),
-              "bytes": path.stat().st_size, "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
+    record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, **file_record(path),
+              "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
     write_json_atomic(root / f"{name}.json", record)
     return record
 
@@ -172,11 +157,12 @@ def _write_shard(root: Path, index: int, rows: range, maps: Tensor, scales: Tens
 def _finished(root: Path, index: int) -> bool:
     """Whether shard ``index`` has a record and a file of the recorded size (a complete, renamed shard)."""
     name = _shard_name(index)
-    record_path, path = root / f"{name}.json", root / f"{name}.safetensors"
-    if not (record_path.is_file() and path.is_file()):
+    record_path = root / f"{name}.json"
+    if not record_path.is_file():
         return False
     try:
-        return _read_json(record_path).get("bytes") == path.stat().st_size
+        record = read_json_object(record_path, "shard record", CacheError)
+        return file_defect(root / f"{name}.safetensors", record, checksum=False) is None
     except CacheError:
         return False
 
@@ -202,8 +188,7 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
                 batch_size: int = 64, shard_size: int | None = None, device: torch.device | str = "cpu",
                 rank: int = 0, world_size: int = 1, barrier: Callable[[], None] = lambda: None,
                 gather: Callable[[Any], list[Any]] = lambda value: [value],
-                target_shard_bytes: int = DEFAULT_SHARD_BYTES, provenance: Mapping[str, Any] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> Path:
+                target_shard_bytes: int = DEFAULT_SHARD_BYTES, provenance: Mapping[str, Any] | None = None) -> Path:
     """Explain every image of ``dataset`` once and store logits and explanations in ``out``; returns the manifest.
 
     Args:
@@ -219,7 +204,6 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
             (``barrier`` synchronises them, ``gather(value)`` returns every process's value in rank order); defaults:
             one process.
         provenance: extra information recorded but not compared (teacher checkpoint path, ...).
-        progress: called as ``progress(shards_done, shards_total)`` after each shard written by this process.
 
     Raises:
         CacheMismatchError: ``out`` holds a cache (partial or complete) of another setting, dataset or sharding.
@@ -243,7 +227,7 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
             (root / WRITERS).write_text(token)
         _check_shared(root, token, rank, world_size, gather)
     manifest_path = root / MANIFEST
-    existing = _read_json(manifest_path) if manifest_path.is_file() else None
+    existing = read_json_object(manifest_path, "cache manifest", CacheError) if manifest_path.is_file() else None
     if existing is not None:
         keys = ("format", "version", *SETTING_KEYS, "num_images", "ids_sha256")
         differing = _mismatch(existing, header, keys)
@@ -268,7 +252,10 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
         for stale in root.glob(".*.tmp"):  # temporary files of a killed writer
             stale.unlink()
         missing = [s for s in range(num_shards) if not _finished(root, s)]
-        _check_free_space(root, sum(min(len(ids), (s + 1) * shard_size) - s * shard_size for s in missing), per_image)
+        images = sum(min(len(ids), (s + 1) * shard_size) - s * shard_size for s in missing)
+        require_free_space(root, int(1.05 * images * per_image),
+                           f"the {images:,} images still to cache need about {per_image:,} bytes each (with 5 % "
+                           "headroom)", error=CacheError)
         if existing is None:
             write_json_atomic(manifest_path, header)
     barrier()
@@ -288,11 +275,12 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
                 raise CacheError(f"the disk holding {root} is full: shard {s} could not be written ({e}). The shards "
                                  "written so far are kept; free some space and rerun the same command to "
                                  "finish the cache") from e
-        if progress is not None:
-            progress(done, len(mine))
+        if rank == 0:
+            logger.info("cache: %d/%d shards written by process 0", done, len(mine))
     barrier()
     if rank == 0:
-        records = [_read_json(root / f"{_shard_name(s)}.json") for s in range(num_shards)]
+        records = [read_json_object(root / f"{_shard_name(s)}.json", "shard record", CacheError)
+                   for s in range(num_shards)]
         shapes = {tuple(r["explanation_shape"]) for r in records}
         classes = {r["num_classes"] for r in records}
         if len(shapes) != 1 or len(classes) != 1:
@@ -320,7 +308,7 @@ class ExplanationCache(Mapping[str, Tensor]):
         if not path.is_file():
             raise CacheError(f"{self.root}: not an explanation cache (no {MANIFEST}); write one with "
                              "`rightreasons cache --out DIR`")
-        manifest = _read_json(path)
+        manifest = read_json_object(path, "cache manifest", CacheError)
         if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
             raise CacheError(f"{path}: not a {FORMAT} manifest of version {VERSION} (format "
                              f"{manifest.get('format')!r}, version {manifest.get('version')!r})")
@@ -355,15 +343,9 @@ class ExplanationCache(Mapping[str, Tensor]):
     def _check_shard(self, record: Mapping[str, Any], verify: bool) -> list[str]:
         """The shard's ids, after checking its size (and SHA-256 with ``verify``) against its record."""
         path = self._shard_path(record)
-        if not path.is_file():
-            raise CacheCorruptError(f"{path}: shard missing from the cache directory")
-        size = path.stat().st_size
-        if size != record["bytes"]:
-            raise CacheCorruptError(f"{path}: shard has {size} bytes, its record says {record['bytes']} "
-                                    "(truncated or overwritten); rewrite the cache")
-        if verify and file_digest(path) != record["sha256"]:
-            raise CacheCorruptError(f"{path}: shard checksum (SHA-256) does not match its record: the file is "
-                                    "corrupt; rewrite the cache")
+        problem = file_defect(path, record, checksum=verify)
+        if problem is not None:
+            raise CacheCorruptError(f"{path}: shard {problem}; rewrite the cache")
         try:
             with safe_open(str(path), framework="pt") as f:
                 ids = json.loads((f.metadata() or {})["ids"])

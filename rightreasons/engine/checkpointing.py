@@ -43,7 +43,7 @@ from accelerate import Accelerator
 
 from ..errors import CheckpointError, TrainingError
 from ..faults import boundary
-from ..fileio import file_digest, fsync_path, write_json_atomic
+from ..fileio import file_defect, file_record, fsync_path, read_json_object, write_json_atomic
 
 __all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE"]
 
@@ -71,14 +71,9 @@ def _defect(directory: Path) -> str | None:
     if STATE_FILE not in listed:
         return f"{MANIFEST} lists no {STATE_FILE}"
     for name, record in listed.items():
-        file = directory / name
-        if not file.is_file():
-            return f"{name} is missing"
-        if file.stat().st_size != record.get("bytes"):
-            return (f"{name} has {file.stat().st_size} bytes, the manifest says {record.get('bytes')} "
-                    "(truncated or replaced)")
-        if file_digest(file) != record.get("sha256"):
-            return f"{name} does not match its SHA-256 in the manifest (corrupted or replaced)"
+        problem = file_defect(directory / name, record)
+        if problem is not None:
+            return f"{name} {problem}"
     return None
 
 
@@ -199,7 +194,7 @@ class CheckpointManager:
         if self.accelerator.is_main_process:
             boundary("checkpoint: accelerator state written")
             write_json_atomic(tmp / STATE_FILE, state)
-            files = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": file_digest(p)}
+            files = {str(p.relative_to(tmp)): file_record(p)
                      for p in _files(tmp)}
             write_json_atomic(tmp / MANIFEST, {"format": FORMAT, "version": 1, "step": state.get("step"),
                                                "files": files})
@@ -231,13 +226,7 @@ class CheckpointManager:
         if not state_file.is_file():
             raise CheckpointError(f"{path} is not a complete checkpoint (no {STATE_FILE}); "
                                   f"complete ones: {[p.name for p in self.complete()]}")
-        try:
-            state = json.loads(state_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{state_file}: unreadable trainer state ({type(e).__name__}: {e})") from e
-        if not isinstance(state, dict):
-            raise CheckpointError(f"{state_file}: expected a JSON object")
-        return state
+        return read_json_object(state_file, "trainer state", CheckpointError)
 
     def load(self, path: str | Path) -> dict[str, Any]:
         """Verify checkpoint ``path`` against its manifest, restore model/optimizer/scheduler/RNG state from it and

@@ -1,27 +1,29 @@
-"""The training engine on Hugging Face accelerate: :class:`Trainer` runs any :class:`Task`.
+"""The training engine on Hugging Face accelerate: :class:`Trainer` runs any :class:`~rightreasons.engine.task.Task`.
 
-The trainer knows accelerate, the loop, checkpoints, logging and when to evaluate; a task (plain classification and
-box guidance in :mod:`rightreasons.tasks.classification`, distillation in :mod:`rightreasons.tasks.distillation`) owns
-its data, model, objective — the loss terms and their weights — and its evaluators. The trainer calls the task at
-fixed points, in this order, and at no other time:
+The trainer knows accelerate, the loop, checkpoints, logging and when to evaluate; a task (classification in
+:mod:`rightreasons.classification.loss`, box guidance in :mod:`rightreasons.guidance`, distillation in
+:mod:`rightreasons.distill`) owns its data, model, objective — the loss terms and their weights — its evaluators and
+its hooks. The trainer calls the task at fixed points, in this order, and at no other time:
 
 1. ``task.build_datasets()`` → training and validation set (no transforms yet);
-2. ``task.build_model(train_set)`` → the model; its input encoding (:func:`rightreasons.hub.capabilities`) selects the
-   transforms ``task.train_transform(encoding)`` / ``task.eval_transform(encoding)``;
-3. the trainer builds loader, optimiser and schedule, ``accelerator.prepare``\\ s them, then calls ``task.setup(self)``;
+2. ``task.build_model(train_set)`` → the model, ``task.distribute(model, processes)`` on several processes; the
+   model's ``task.input_encoding(model)`` selects the transforms ``task.train_transform(encoding)`` /
+   ``task.eval_transform(encoding)``; ``task.default_agc(model)`` stands for ``optim.agc: auto``;
+3. the trainer builds loader, optimiser and schedule, ``accelerator.prepare``\\ s them, then calls ``task.setup(self)``
+   and takes ``task.hooks(self)``;
 4. every step: ``task.losses(model, batch, step)`` → named unweighted terms (logged) and the weighted total
-   (back-propagated once, so the same code runs on one CPU, one GPU or many processes);
-5. every ``eval.every_epochs`` epochs: the one evaluation loop (:func:`rightreasons.evaluation.evaluate`) with
-   ``task.evaluators(dataset)``; at the end also on ``task.final_evaluations()``.
+   (back-propagated once, so the same code runs on one CPU, one GPU or many processes); hooks' ``at_step``;
+5. every ``eval.every_epochs`` epochs: the one evaluation loop (:func:`rightreasons.metrics.evaluation.evaluate`) with
+   ``task.evaluators(dataset)``, then hooks' ``after_validation``; at the end also on ``task.final_evaluations()``,
+   and ``task.save_model`` exports the model.
 
 TensorBoard's writer is created when training starts (:meth:`Trainer.fit`), after every check of the run passed, so a
 refused start leaves no event file behind. Each validation is logged (``logging``, this module's logger) as one line
 with every metric by name; the progress bar shows only on a terminal.
 
-Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch, and with
-``model.sync_bn`` (the default) the model's BatchNorm statistics are those of the global batch
-(:func:`rightreasons.bcos.norms.convert_sync_batchnorm`), so N processes train as one. Before anything is written, the
-main process locks the output directory and a multi-process launch without CUDA runs on the CPU
+Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch (a task's ``distribute``
+may synchronise BatchNorm statistics across processes, so that N processes train as one). Before anything is written,
+the main process locks the output directory and a multi-process launch without CUDA runs on the CPU
 (:mod:`rightreasons.engine.launch`). Reproducible and
 resumable: the epoch's sample order depends on ``(seed, epoch)``, augmentation on ``(seed, epoch, sample id)`` and
 each step's randomness on ``(seed, step)``; checkpoints (:mod:`rightreasons.engine.checkpointing`: verified against
@@ -41,12 +43,10 @@ import importlib.util
 import json
 import logging
 import math
-import shutil
 import signal
 import time
 import warnings
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,26 +58,22 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from ..bcos.norms import convert_sync_batchnorm
-from ..data import collate, eval_transform, train_transform
-from ..errors import TrainingError, UsageError
-from ..classification import class_probabilities, resolve_classification_loss
-from ..evaluation import Evaluator, evaluate, format_results, is_multilabel
-from ..explain import explain, prediction_caption, save_explanation
-from ..faults import boundary
-from ..fileio import writable_directory, write_json_atomic
-from ..hub import capabilities, save_model, unwrap_model
-from ..metrics import ParetoTracker
-from ..models.bcosified import BRamp
-from .checkpointing import CheckpointManager
 from ..config import diff_configs, to_dict
-from .data import EpochSampler, SeededTransform, mix_seed
+from ..data import collate
+from ..errors import TrainingError, UsageError
+from ..faults import boundary
+from ..fileio import require_free_space, writable_directory, write_json_atomic
+from ..metrics import ParetoTracker
+from ..metrics.evaluation import evaluate, format_results
+from .checkpointing import CheckpointManager
+from .config import OptimConfig, TrainConfig
+from .data import SeededTransform, mix_seed
 from .launch import OutputLock, start_checks, use_cpu
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .provenance import provenance
-from .schema import OptimConfig, TrainConfig
+from .task import Step, Task, task_for_config
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "Step", "Task", "Trainer", "train"]
+__all__ = ["EXIT_PREEMPTED", "Preempted", "Trainer", "run", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,76 +94,6 @@ class Preempted(Exception):
 
 #: float state tensors per trainable parameter that each optimiser keeps (Adam: two moments; SGD: momentum)
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "sgd": 1}
-
-
-@dataclass(frozen=True)
-class Step:
-    """What a task's :meth:`Task.losses` may need of the run at one step.
-
-    Attributes:
-        generator: a CPU generator seeded by ``(seed, step, batch, rank)``, for the step's own randomness (e.g. the
-            class guidance explains).
-        world_size: number of processes; DDP averages gradients over them.
-        sum_across_processes: ``tensor -> its sum over all processes`` (identity on one process).
-    """
-
-    generator: torch.Generator
-    world_size: int
-    sum_across_processes: Callable[[Tensor], Tensor]
-
-
-class Task:
-    """What a run trains and how it is scored; see the module docstring for when the trainer calls what.
-
-    Subclasses implement :meth:`build_datasets`, :meth:`build_model`, :meth:`losses` and :meth:`evaluators`; the
-    transforms default to the presets of ``config.data``.
-    """
-
-    #: the validation metrics the Pareto front is taken over (all maximised; ``score`` is the task's selection score)
-    objectives: tuple[str, ...] = ("score",)
-
-    def __init__(self, config: TrainConfig) -> None:
-        self.config = config
-
-    def build_datasets(self) -> tuple[Any, Any]:
-        """The training and validation sets, without transforms (the trainer sets them once the model is built)."""
-        raise NotImplementedError
-
-    def build_model(self, train_set: Any) -> nn.Module:
-        """The model being trained."""
-        raise NotImplementedError
-
-    def train_transform(self, encoding: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        """The augmentation of training samples, ending in the model's input ``encoding`` (seeded by the trainer)."""
-        data = self.config.data
-        if data.augment:
-            return train_transform(data.image_size, encoding=encoding, scale=tuple(data.crop_scale))
-        return self.eval_transform(encoding)
-
-    def eval_transform(self, encoding: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        """The deterministic view of evaluation samples, ending in the model's input ``encoding``."""
-        return eval_transform(self.config.data.image_size, encoding=encoding, crop_fraction=1.0)
-
-    def train_sampler(self, train_set: Any) -> EpochSampler:
-        """The order of the training images: a seeded permutation per epoch (:class:`EpochSampler`)."""
-        return EpochSampler(len(train_set), self.config.seed)
-
-    def setup(self, trainer: Trainer) -> None:
-        """Called once the model, data, optimiser and accelerator are ready (e.g. to move a teacher to the device)."""
-
-    def losses(self, model: nn.Module, batch: dict[str, Any], step: Step) -> tuple[dict[str, Tensor], Tensor]:
-        """Named loss terms (unweighted, for logging) and the weighted total to back-propagate, from one forward
-        pass of ``model`` (the prepared, possibly DDP-wrapped model)."""
-        raise NotImplementedError
-
-    def evaluators(self, dataset: Any) -> list[Evaluator]:
-        """Fresh evaluators for one evaluation of ``dataset``; their results must include ``score`` and may say
-        which metric it is in ``score_metric`` (e.g. ``"accuracy"``; reported with the best score)."""
-        raise NotImplementedError
-
-    def final_evaluations(self) -> dict[str, Any]:
-        """Datasets evaluated once after training, by summary key (e.g. ``{"test": test_set}``); none by default."""
-        return {}
 
 
 @dataclass
@@ -196,17 +122,6 @@ def checkpoint_bytes(model: nn.Module, optim: OptimConfig) -> int:
     return weights + slots * trainable
 
 
-def _check_free_space(output_dir: Path, per_checkpoint: int, copies: int, why: str) -> None:
-    """Fail before training when ``copies`` checkpoints of ``per_checkpoint`` bytes do not fit on the disk."""
-    needed, free = per_checkpoint * copies, shutil.disk_usage(output_dir).free
-    if needed > free:
-        raise TrainingError(
-            f"not enough free disk space in {output_dir}: a checkpoint takes about {per_checkpoint:,} bytes (weights "
-            f"and optimiser state) and up to {copies} of them may exist at once ({why}), {needed:,} bytes in all, "
-            f"but only {free:,} bytes are free; free some space, lower checkpoint.keep_last or checkpoint.keep_front, "
-            "or choose another output_dir")
-
-
 class Trainer:
     """Builds data, model and optimiser for a :class:`Task` and runs training and validation."""
 
@@ -228,10 +143,9 @@ class Trainer:
 
         self.train_set, self.val_set = task.build_datasets()
         model = task.build_model(self.train_set)
-        if config.model.sync_bn and self.accelerator.num_processes > 1:
-            model = convert_sync_batchnorm(model)
-        self.capabilities = capabilities(model)
-        self.encoding = self.capabilities.encoding
+        if self.accelerator.num_processes > 1:
+            model = task.distribute(model, self.accelerator.num_processes)
+        self.encoding = task.input_encoding(model)
         self.train_transform = SeededTransform(task.train_transform(self.encoding), config.seed)
         self.train_set.transform = self.train_transform
         self.val_set.transform = task.eval_transform(self.encoding)
@@ -250,16 +164,19 @@ class Trainer:
         scheduler = build_scheduler(optimizer, optim.schedule, total,
                                     round(optim.warmup_epochs * self.steps_per_epoch))
         if self.accelerator.is_main_process:
-            copies, why = self._checkpoints_kept_at_most()
-            _check_free_space(self.output_dir, checkpoint_bytes(model, optim), copies, why)
-        self.agc = (0.01 if self.capabilities.bcos else None) if optim.agc == "auto" else optim.agc
-        self.b_ramp = BRamp.for_model(model, round(optim.b_ramp_epochs * self.steps_per_epoch),
-                                      "optim.b_ramp_epochs") if optim.b_ramp_epochs else None
+            per_checkpoint, (copies, why) = checkpoint_bytes(model, optim), self._checkpoints_kept_at_most()
+            require_free_space(self.output_dir, per_checkpoint * copies,
+                               f"a checkpoint takes about {per_checkpoint:,} bytes (weights and optimiser state) and "
+                               f"up to {copies} of them may exist at once ({why})",
+                               "free some space, lower checkpoint.keep_last or checkpoint.keep_front, or choose "
+                               "another output_dir", TrainingError)
+        self.agc = task.default_agc(model) if optim.agc == "auto" else optim.agc
         self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, loader, scheduler)
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", self.accelerator,
                                              config.checkpoint.keep_last)
         task.setup(self)
+        self.hooks = task.hooks(self)
         self.pareto = ParetoTracker(objectives=task.objectives)
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
@@ -333,10 +250,15 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ training
-    def _ramp_b(self, step: int) -> None:
-        """``optim.b_ramp_epochs``: the model's B for the weights after ``step`` optimiser steps."""
-        if self.b_ramp is not None:
-            self.b_ramp.apply(unwrap_model(self.model), step)
+    @property
+    def bare_model(self) -> nn.Module:
+        """The trained model without the wrappers of distributed training and ``torch.compile``."""
+        return self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+
+    def _at_step(self, step: int) -> None:
+        """Tell the hooks that the weights are those after ``step`` optimiser steps."""
+        for hook in self.hooks:
+            hook.at_step(self.bare_model, step)
 
     def _step(self) -> Step:
         rank = self.accelerator.process_index
@@ -385,7 +307,7 @@ class Trainer:
     def evaluate(self, dataset: Any = None) -> dict[str, Any]:
         """The task's metrics of the current model on ``dataset`` (default: the validation set), on all processes."""
         dataset = self.val_set if dataset is None else dataset
-        model = unwrap_model(self.model)
+        model = self.bare_model
         results = evaluate(model, dataset, self.task.evaluators(dataset), batch_size=self.config.data.eval_batch_size,
                            device=self.accelerator.device, rank=self.accelerator.process_index,
                            world_size=self.accelerator.num_processes)
@@ -410,29 +332,8 @@ class Trainer:
         if self.accelerator.is_main_process:
             logger.info("validation at step %d (epoch %d): %s", self.position.step, self.position.epoch,
                         format_results(results))
-        self._write_explanations()
-
-    def _write_explanations(self) -> None:
-        """Colour explanations of a fixed set of validation images (B-cos models only), titled with the class name
-        and its probability through the link of the training loss, with the class's boxes drawn."""
-        count = min(self.config.eval.num_images, len(self.val_set))
-        if not (self.capabilities.bcos and count and self.accelerator.is_main_process):
-            return
-        model = unwrap_model(self.model).eval()
-        batch = collate([self.val_set[i] for i in range(count)])
-        images = batch["image"].to(self.accelerator.device)
-        e = explain(model, images, target=batch["labels"].argmax(1).to(images.device))
-        probabilities = class_probabilities(e.logits, resolve_classification_loss(
-            self.config.loss.classification, self.capabilities.bcos, is_multilabel(self.val_set)))
-        folder = self.output_dir / "explanations" / f"step-{self.position.step:06d}"
-        classes = getattr(self.val_set, "classes", None)
-        for i in range(count):
-            target = int(e.target[i])
-            boxes = batch["boxes"][i].as_subclass(Tensor)[torch.as_tensor(batch["box_labels"][i]) == target]
-            save_explanation(folder / f"{i:02d}-{batch['id'][i]}.png", images[i].cpu(), e.weights[i].cpu(),
-                             title=prediction_caption(probabilities[i], target, classes, e.logits[i]),
-                             boxes=boxes.cpu())
-        model.train()
+        for hook in self.hooks:
+            hook.after_validation(self, self.position.step, results)
 
     # ------------------------------------------------------------------ the loop
     def _finished(self) -> bool:
@@ -465,7 +366,7 @@ class Trainer:
         every = config.checkpoint.every_steps
         bar = tqdm(total=self.total_steps, initial=self.position.step, desc="train",
                    disable=None if self.accelerator.is_local_main_process else True)  # None: off unless a terminal
-        self._ramp_b(self.position.step)
+        self._at_step(self.position.step)
         while not self._finished():
             epoch = self.position.epoch
             self.train_transform.set_epoch(epoch)
@@ -477,7 +378,7 @@ class Trainer:
                 self.position.batch += 1
                 if self.accelerator.sync_gradients and stats is not None:
                     self.position.step += 1
-                    self._ramp_b(self.position.step)
+                    self._at_step(self.position.step)
                     bar.update(1)
                     if self.position.step % config.log_every == 0:
                         self.log({"split": "train", "step": self.position.step, "epoch": epoch,
@@ -501,7 +402,8 @@ class Trainer:
     def finish(self, seconds: float) -> dict[str, Any]:
         """Evaluate the task's final datasets, export the final model (safetensors with its registry arguments) and
         write ``summary.json``."""
-        summary = {"steps": self.position.step, "epochs": self.position.epoch, "seconds": round(seconds, 2),
+        summary = {"task": self.task.name, "steps": self.position.step, "epochs": self.position.epoch,
+                   "seconds": round(seconds, 2),
                    "best": self.best, "pareto_front": self.pareto.front, "history": self.history,
                    "config": to_dict(self.config), "provenance": provenance()}
         if self.config.checkpoint.export == "best" and self.best and self.best["step"] != self.position.step:
@@ -510,7 +412,7 @@ class Trainer:
             summary["exported_step"] = self.best["step"]
         else:
             summary["exported_step"] = self.position.step
-        self._ramp_b(summary["exported_step"])
+        self._at_step(summary["exported_step"])
         for key, dataset in self.task.final_evaluations().items():
             split = getattr(dataset, "split", key)
             boundary(f"train: final evaluation of {key}")
@@ -519,9 +421,8 @@ class Trainer:
             summary[key] = {"split": split, **results}
         if self.accelerator.is_main_process:
             boundary("train: exporting the model")
-            save_model(unwrap_model(self.model), self.output_dir / "model.safetensors",
-                       metadata={"config": json.dumps(to_dict(self.config))},
-                       classes=getattr(self.val_set, "classes", None))
+            self.task.save_model(self.bare_model, self.output_dir / "model.safetensors",
+                                 {"config": json.dumps(to_dict(self.config))})
             write_json_atomic(self.output_dir / "summary.json", summary)
             if self.best:
                 logger.info("finished after %d steps: best validation %s %.4f at step %d; wrote %s and %s",
@@ -552,3 +453,9 @@ def train(task: Task, resume: bool | str = False) -> dict[str, Any]:
         return trainer.fit()
     finally:
         trainer.lock.release()  # also when the run fails or is pre-empted (the process may go on)
+
+
+def run(config: TrainConfig, resume: bool | str = False) -> dict[str, Any]:
+    """Train the registered task whose config ``config`` is (:func:`~rightreasons.engine.task.task_for_config`);
+    ``resume`` as for :func:`train`. Returns the run's summary."""
+    return train(task_for_config(config)(config), resume)

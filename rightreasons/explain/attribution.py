@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ..bcos.dynamic import explanation_mode
 from ..errors import UsageError
-from ..hub.capabilities import capabilities, unwrap_model
+from ..models.capabilities import capabilities, unwrap_model
 from .layers import capture_outputs, resolve_layer
 from .methods import Method, get_method
 

@@ -1,12 +1,12 @@
 """Where to explain: layer names → modules, and the one forward-hook helper that captures their outputs.
 
 A layer is ``"input"``, a guidance stage name (``mid1``–``mid3`` after stages 1–3, ``final`` the output of the last
-stage; where each model's stages are is one of its capabilities, :func:`rightreasons.hub.capabilities`) or any module
+stage; where each model's stages are is one of its capabilities, :func:`rightreasons.models.capabilities`) or any module
 path of ``model.named_modules()`` (e.g. ``"layer3.1"``). Stage names are case-insensitive, so the Model-Guidance
 spellings ``"Mid2"`` / ``"Final"`` work.
 
 Every function here accepts a wrapped model (``DistributedDataParallel``, ``DataParallel``, ``torch.compile``): names
-are resolved on the inner model (:func:`rightreasons.hub.unwrap_model`) and hooks are registered there, while the
+are resolved on the inner model (:func:`rightreasons.models.unwrap_model`) and hooks are registered there, while the
 forward pass still runs through the wrapper (so DDP synchronises gradients as usual).
 """
 
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from torch import Tensor, nn
 
 from ..errors import UsageError
-from ..hub.capabilities import GUIDANCE_LAYERS, capabilities, unwrap_model
+from ..models.capabilities import GUIDANCE_LAYERS, capabilities, unwrap_model
 
 __all__ = ["GUIDANCE_LAYERS", "capture_outputs", "resolve_layer"]
 

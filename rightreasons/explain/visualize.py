@@ -3,7 +3,7 @@ shows one: :func:`save_explanation`, used by ``rightreasons explain``, the train
 
 A figure explains itself: its title names the class (not its index) and the model's probability for it
 (:func:`prediction_caption`; the caller computes the probabilities with the link the model was trained with,
-:func:`rightreasons.classification.class_probabilities`), the ground-truth boxes are drawn on every panel, and the
+:func:`rightreasons.classification.loss.class_probabilities`), the ground-truth boxes are drawn on every panel, and the
 contribution map has a colour bar.
 """
 

@@ -20,7 +20,7 @@ batch is explained instead whenever that equality could not hold:
 Active dropout draws new masks in the second forward: the explanation is then that of another dropout draw
 (statistically the same, not numerically).
 
-With BatchNorm statistics synchronised across processes (:func:`~rightreasons.bcos.norms.convert_sync_batchnorm`),
+With BatchNorm statistics synchronised across processes (:func:`~rightreasons.bcos.sync.convert_sync_batchnorm`),
 every process must run the same passes through the norms, whatever its part of the batch holds: the choice between
 explaining the annotated images and the whole batch then depends on the settings and the model only. A process
 whose part has no annotated image, or only annotated ones, takes the path the others take (in the whole-batch path it
@@ -36,12 +36,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..bcos.norms import (shared_batch_statistics, synchronised_batch_norms, training_batch_norms,
-                          unshareable_batch_norms)
+from ..bcos.norms import shared_batch_statistics, training_batch_norms, unshareable_batch_norms
+from ..bcos.sync import synchronised_batch_norms
 from ..boxes import class_masks, dilate_boxes
 from ..errors import DataError, UsageError
 from ..explain import MAP_METHOD_NAMES, attribute, get_method
-from ..hub.capabilities import unwrap_model
+from ..models.capabilities import unwrap_model
 from .losses import REDUCTIONS, LossFn, get_loss
 
 __all__ = ["EXPLAIN_CHOICES", "GuidanceObjective", "GuidanceOutput", "sample_classes"]

@@ -11,7 +11,7 @@ from .agreement import Agreement, ExplanationSimilarity, explanation_similarity,
 from .attribution_fn import AttributionFn, attribution_fn, run_attribution
 from .base import GroupedRate, PerSampleMean
 from .classification import GroupAccuracy, MultiLabelClassification, group_accuracy
-from .evaluate import LocalizationPairs, evaluate_localization, localization_pairs
+from .localization_pairs import LocalizationPairs, evaluate_localization, localization_pairs
 from .localization import (DEFAULT_IOU_CANDIDATES, ENERGY_EPS, EnergyPointingGame, IoU, OnObjectRatio, energy_ratio,
                            epg, iou, normalize_attributions, on_object_ratio, select_iou_threshold)
 from .pareto import DEFAULT_OBJECTIVES, ParetoTracker, dominates, pareto_front, representative

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..bcos.norms import NormFactory, get_norm_layer
-from ..hub.registry import register_model
+from .registry import register_model
 from .base import BcosCNN
 
 __all__ = ["DENSENET_STAGES", "BcosDenseNet", "DenseBlock", "DenseLayer", "Transition", "cifar_block_config"]

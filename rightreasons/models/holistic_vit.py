@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from ..bcos.attention import AttentionMixing, Prior, merge_heads, split_heads
 from ..bcos.layers import BcosLinear, LogitLayer, default_logit_bias
 from ..encoding import check_input_channels
-from ..hub.registry import register_model
+from .registry import register_model
 from .densenet import DENSENET_STAGES
 from .tokeniser import ConvTokeniser
 from .vit import SIMPLE_VIT_SIZES, EncoderBlock, FeedForward, MeanPooledHead, check_image_size

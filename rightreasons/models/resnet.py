@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
 from ..bcos.norms import NormFactory, get_norm_layer
-from ..hub.registry import register_model
+from .registry import register_model
 from .base import BcosCNN, check_drop_probability
 
 __all__ = ["RESNET_STAGES", "BasicBlock", "Bottleneck", "BcosResNet"]

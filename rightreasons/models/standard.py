@@ -43,7 +43,7 @@ from torchvision.models import resnet as tv_resnet
 
 from ..encoding import check_input_channels
 from ..errors import UsageError
-from ..hub.registry import register_model
+from .registry import register_model
 from .densenet import DENSENET_CONFIGS, DENSENET_STAGES
 from .resnet import RESNET_STAGES
 from .vit import RELEASE_VITS, SimpleViT, ViTLayers
@@ -140,7 +140,7 @@ class XResNet(ResNet):
 
     is_xdnn = True
     """Positively homogeneous: Integrated Gradients with a zero baseline equals Input×Gradient (read by
-    :func:`rightreasons.hub.capabilities`)."""
+    :func:`rightreasons.models.capabilities`)."""
 
     def __init__(self, block: type[tv_resnet.BasicBlock | tv_resnet.Bottleneck], layers: Sequence[int],
                  num_classes: int = 1000, in_chans: int = 3) -> None:

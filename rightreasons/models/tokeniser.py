@@ -24,7 +24,7 @@ from ..bcos.dynamic import DynamicLinear
 from ..bcos.layers import BcosConv2d
 from ..encoding import check_input_channels
 from ..errors import CheckpointError
-from ..hub.registry import get_model_spec
+from .registry import get_model_spec
 
 __all__ = ["ConvTokeniser", "feature_shape", "truncate_cnn"]
 

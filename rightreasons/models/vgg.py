@@ -23,7 +23,7 @@ from typing import Sequence
 from torch import Tensor, nn
 
 from ..bcos.norms import NormFactory, get_norm_layer
-from ..hub.registry import register_model
+from .registry import register_model
 from .base import BcosCNN
 
 __all__ = ["VGG_CONFIGS", "BcosVGG"]

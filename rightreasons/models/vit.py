@@ -15,8 +15,9 @@ Which layers fill these slots is a :class:`ViTLayers` kit; the module names, and
 on it. :class:`BcosSimpleViT` (six-channel input) uses :func:`bcos_layers`: B-cos linear layers and convs, bias-free
 LayerNorms, no activation, the attention matrix applied as a dynamic weight (see :mod:`rightreasons.bcos.attention`),
 and the fixed :class:`LogitLayer` after the head. The release saves it wrapped as ``Sequential(vit, logit_layer)``, so
-its keys start with ``0.``; :func:`rightreasons.hub.weights.load_weights` strips that prefix and the logit layer has no
-state, so the keys match. The standard twin (:class:`rightreasons.models.standard.StandardSimpleViT`) uses plain layers.
+its keys start with ``0.``; :func:`rightreasons.models.weights.load_weights` strips that prefix and the logit layer has
+no state, so the keys match. The standard twin (:class:`rightreasons.models.standard.StandardSimpleViT`) uses plain
+layers.
 
 The additive positional embedding makes the B-cos model *affine*, not linear (``is_affine = True``): the contributions
 ``Σ W(x) ⊙ x`` miss the part of the logit that the embedding produces. The LayerNorms' centring and the attention matrix
@@ -37,7 +38,7 @@ from ..bcos.attention import AttentionMixing, merge_heads, split_heads
 from ..bcos.layers import BcosConv2d, BcosLinear, LogitLayer, default_logit_bias
 from ..bcos.norms import NORM_LAYERS, LayerNorm, NoBias
 from ..encoding import check_input_channels
-from ..hub.registry import register_model
+from .registry import register_model
 
 __all__ = ["Attention", "BcosSimpleViT", "EncoderBlock", "FeedForward", "MeanPooledHead", "PatchEmbedding",
            "RELEASE_VITS", "SIMPLE_VIT_SIZES", "SimpleViT", "VITC_STEMS", "ViTLayers", "bcos_layers",

@@ -9,7 +9,7 @@ Every figure is saved through :func:`rightreasons.plotting.figure`.
 
 from .figures import plot_shift_curves
 from .pareto import LABELS, OBJECTIVES, mark_fronts, plot_pareto
-from .tables import cell, format_value, markdown_table, summarize, write_csv
+from .tables import cell, format_value, markdown_table, statistic, summarize, write_csv
 
 __all__ = ["LABELS", "OBJECTIVES", "cell", "format_value", "mark_fronts", "markdown_table", "plot_pareto",
-           "plot_shift_curves", "summarize", "write_csv"]
+           "plot_shift_curves", "statistic", "summarize", "write_csv"]

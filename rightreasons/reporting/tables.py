@@ -1,6 +1,7 @@
 """Tables of results: summary statistics over seeds, Markdown and CSV.
 
-:func:`summarize` turns per-seed results into ``mean ± std`` statistics, :func:`cell` formats one as a table cell,
+:func:`statistic` is the one ``mean ± std`` of results over seeds and :func:`summarize` takes it per model and metric;
+:func:`cell` formats one as a table cell,
 :func:`markdown_table` and :func:`write_csv` write rows. The demo, the studies and the sweep report through these.
 """
 
@@ -14,7 +15,14 @@ from typing import Any
 
 from ..fileio import write_csv_atomic
 
-__all__ = ["cell", "format_value", "markdown_table", "summarize", "write_csv"]
+__all__ = ["cell", "format_value", "markdown_table", "statistic", "summarize", "write_csv"]
+
+
+def statistic(values: Sequence[float]) -> dict[str, Any]:
+    """The mean and sample std (``None`` for one value) of ``values`` (one per seed), and the values."""
+    values = list(values)
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
+            "values": values}
 
 
 def summarize(runs: Sequence[Mapping[str, Mapping[str, float]]], models: Sequence[str],
@@ -25,16 +33,15 @@ def summarize(runs: Sequence[Mapping[str, Mapping[str, float]]], models: Sequenc
     for model in models:
         out[model] = {}
         for key in metrics:
-            values = [run[model][key] for run in runs]
-            out[model][key] = {"mean": statistics.fmean(values),
-                               "std": statistics.stdev(values) if len(values) > 1 else None, "values": values}
+            out[model][key] = statistic([run[model][key] for run in runs])
     return out
 
 
-def cell(stat: Mapping[str, Any]) -> str:
-    """A summary statistic of fractions as a table cell in %: ``mean ± std`` (the mean alone for one run)."""
-    mean = 100 * stat["mean"]
-    return f"{mean:.1f}" if stat["std"] is None else f"{mean:.1f} ± {100 * stat['std']:.1f}"
+def cell(stat: Mapping[str, Any], signed: bool = False) -> str:
+    """A summary statistic of fractions as a table cell in % (or, for differences, percentage points with their sign,
+    ``signed``): ``mean ± std`` (the mean alone for one run)."""
+    mean = f"{100 * stat['mean']:+.1f}" if signed else f"{100 * stat['mean']:.1f}"
+    return mean if stat["std"] is None else f"{mean} ± {100 * stat['std']:.1f}"
 
 
 def format_value(value: Any, digits: int = 4) -> str:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 import rightreasons as rr
-from rightreasons.bcos import norms
+from rightreasons.bcos import norms, sync
 from rightreasons.errors import UsageError
 from rightreasons.explain import attribute
 from rightreasons.guidance import GuidanceObjective
@@ -107,7 +107,7 @@ def worker(rank: int) -> dict[str, dict]:
         for g in grads:
             dist.all_reduce(g)
         result = {"logits": logits.detach(), "maps": maps.detach(), "grads": grads,
-                  "running": running_statistics(model), "synced": norms.synchronised_batch_norms(model)}
+                  "running": running_statistics(model), "synced": sync.synchronised_batch_norms(model)}
         if kind in FD_KINDS:  # central differences of the global loss at a few entries of every parameter
             entries = []
             with torch.no_grad():
@@ -192,7 +192,7 @@ def test_conversion_of_a_standard_model_keeps_its_numerics_state_and_kind():
     converted = rr.convert_sync_batchnorm(rr.create_model("resnet18", num_classes=3).double())
     converted.load_state_dict(plain.state_dict())
     assert not any(type(m) is nn.BatchNorm2d for m in converted.modules())
-    assert sum(isinstance(m, norms.SyncBatchNorm2d) for m in converted.modules()) == 20
+    assert sum(isinstance(m, sync.SyncBatchNorm2d) for m in converted.modules()) == 20
     assert converted.state_dict().keys() == plain.state_dict().keys()
     assert not rr.capabilities(converted).bcos
     x = torch.rand(4, 3, 32, 32, dtype=torch.float64)
@@ -200,13 +200,13 @@ def test_conversion_of_a_standard_model_keeps_its_numerics_state_and_kind():
     for key, value in plain.state_dict().items():  # running statistics updated as torch's BatchNorm2d does
         torch.testing.assert_close(converted.state_dict()[key], value, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(converted.eval()(x), plain.eval()(x), rtol=1e-9, atol=1e-12)
-    assert norms.synchronised_batch_norms(converted.train()) == []  # one process: nothing to synchronise
+    assert sync.synchronised_batch_norms(converted.train()) == []  # one process: nothing to synchronise
 
 
 def test_conversion_keeps_parameter_objects_and_b_cos_models_in_place():
     norm = nn.BatchNorm2d(4)
     synced = rr.convert_sync_batchnorm(norm)
-    assert isinstance(synced, norms.SyncBatchNorm2d) and synced.weight is norm.weight
+    assert isinstance(synced, sync.SyncBatchNorm2d) and synced.weight is norm.weight
     assert synced.running_var is norm.running_var
     model = rr.create_model("bcos_resnet18", num_classes=3, inplanes=4)
     modules = dict(model.named_modules())

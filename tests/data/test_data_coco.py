@@ -3,7 +3,7 @@ unannotated image; the writer is the shared ``write_coco`` fixture)."""
 
 import pytest
 
-from rightreasons.cli import main
+from rightreasons.apps.cli import main
 from rightreasons.data import BoxWarning, DataError, load_dataset
 from rightreasons.data.prepare import coco as prepare_coco
 

@@ -11,7 +11,8 @@ from PIL import Image
 
 from rightreasons.config import load_config
 from rightreasons.data import DataError, ImageNet, eval_transform, load_dataset
-from rightreasons.tasks import DistillConfig, distill
+from rightreasons.distill import DistillConfig
+from rightreasons.engine import run
 
 TENCH, GOLDFISH, SHARK = "n01440764", "n01443537", "n01484850"
 SYNSETS = [f"{TENCH} tench, Tinca tinca", f"{GOLDFISH} goldfish, Carassius auratus",
@@ -134,7 +135,7 @@ def test_one_distillation_step_on_imagenet_from_a_config_file(tmp_path):
         "distill": {"shots": 1, "test_split": None}}))
     config = load_config(DistillConfig, path)
     assert config.data.name == "imagenet" and config.distill.test_split is None
-    summary = distill(config)
+    summary = run(config)
     assert summary["steps"] == 1
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]

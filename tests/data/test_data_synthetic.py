@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rightreasons.boxes import boxes_to_masks
-from rightreasons.cli import main as cli_main
+from rightreasons.apps.cli import main as cli_main
 from rightreasons.data import DataError, SyntheticConfig, collate, generate, load_dataset, write_synthetic
 from rightreasons.data.synthetic import CONTEXT_OF_SHAPE, SHAPES
 from rightreasons.errors import ConfigError
@@ -104,7 +104,7 @@ def test_groups_are_named_by_what_they_mean_and_grouped_metrics_use_the_names():
     from rightreasons import create_model
     from rightreasons.data import eval_transform
     from rightreasons.data.synthetic import CONTEXTS
-    from rightreasons.evaluation import classifier_evaluators, evaluate
+    from rightreasons.metrics.evaluation import classifier_evaluators, evaluate
 
     shapes = load_dataset("synthetic-multilabel", None, "val", n=12, size=32, max_objects=1,
                           transform=eval_transform(32, encoding="bcos", crop_fraction=1.0))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rightreasons.cli import main
+from rightreasons.apps.cli import main
 from rightreasons.data import VOC_CLASSES, BoxWarning, DataError, collate, load_dataset
 from rightreasons.data.prepare import voc as prepare_voc
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rightreasons.boxes import boxes_to_masks
-from rightreasons.cli import main
+from rightreasons.apps.cli import main
 from rightreasons.data import GROUP_NAMES, DataError, load_dataset
 from rightreasons.errors import UsageError
 from rightreasons.data.prepare import waterbirds as prepare_waterbirds

@@ -113,7 +113,7 @@ def test_corrupt_or_truncated_shard_is_named(tmp_path):
     data = bytearray(shard.read_bytes())
     data[-3] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(CacheCorruptError, match=r"shard-00001\.safetensors: shard checksum"):
+    with pytest.raises(CacheCorruptError, match=r"shard-00001\.safetensors: shard does not match its SHA-256"):
         ExplanationCache(tmp_path)
     shard.write_bytes(bytes(data[:-10]))
     with pytest.raises(CacheCorruptError, match=r"shard-00001\.safetensors: shard has \d+ bytes"):

@@ -21,7 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rightreasons.cli import main
+from rightreasons.apps.cli import main
 
 CONFIG = """
 seed: 3

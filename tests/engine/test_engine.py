@@ -14,9 +14,10 @@ import torch
 from safetensors.torch import load_file
 
 from rightreasons.config import from_dict, load_config
-from rightreasons.engine import TrainConfig, Trainer
+from rightreasons.classification import ClassificationConfig, ClassificationTask
+from rightreasons.engine import Trainer, run
 from rightreasons.errors import ConfigError, TrainingError
-from rightreasons.tasks import ClassificationTask, run
+from rightreasons.guidance import GuidanceTask, GuideConfig
 
 BASE = """
 cpu: true
@@ -59,26 +60,26 @@ def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> f
 # ---------------------------------------------------------------------------------------------------------- configs
 def test_unknown_key_is_an_error_with_a_suggestion(config_file):
     with pytest.raises(ConfigError, match=r"optim\.lrr.*did you mean 'lr'"):
-        load_config(TrainConfig, config_file, ["optim.lrr=0.1"])
+        load_config(GuideConfig, config_file, ["optim.lrr=0.1"])
 
 
 def test_wrong_type_names_the_key(config_file):
     with pytest.raises(ConfigError, match=r"data\.batch_size: expected an integer"):
-        load_config(TrainConfig, config_file, ["data.batch_size=eight"])
+        load_config(GuideConfig, config_file, ["data.batch_size=eight"])
     with pytest.raises(ConfigError, match=r"guidance\.loss: 'energie' is not one of"):
-        load_config(TrainConfig, config_file, ["guidance.loss=energie"])
+        load_config(GuideConfig, config_file, ["guidance.loss=energie"])
 
 
 def test_sync_bn_is_on_by_default_and_must_be_true_or_false(config_file):
-    assert load_config(TrainConfig, config_file).model.sync_bn is True
-    assert load_config(TrainConfig, config_file, ["model.sync_bn=false"]).model.sync_bn is False
+    assert load_config(GuideConfig, config_file).model.sync_bn is True
+    assert load_config(GuideConfig, config_file, ["model.sync_bn=false"]).model.sync_bn is False
     with pytest.raises(ConfigError, match=r"model\.sync_bn: expected true or false, got 'maybe'"):
-        load_config(TrainConfig, config_file, ["model.sync_bn=maybe"])
+        load_config(GuideConfig, config_file, ["model.sync_bn=maybe"])
 
 
 def test_overrides_are_parsed_as_yaml_scalars(config_file):
-    config = load_config(TrainConfig, config_file, ["optim.lr=1e-4", "guidance.enabled=true", "max_steps=7"])
-    assert config.optim.lr == 1e-4 and config.guidance.enabled is True and config.max_steps == 7
+    config = load_config(GuideConfig, config_file, ["optim.lr=1e-4", "guidance.weight=2", "max_steps=7"])
+    assert config.optim.lr == 1e-4 and config.guidance.weight == 2.0 and config.max_steps == 7
     assert config.model.kwargs == {"norm_layer": "pnu"}
 
 
@@ -86,30 +87,29 @@ def test_yaml_is_read_with_a_safe_loader(tmp_path):
     path = tmp_path / "evil.yaml"
     path.write_text("output_dir: !!python/object/apply:os.system ['touch pwned']\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(TrainConfig, path)
+        load_config(ClassificationConfig, path)
     assert not (tmp_path / "pwned").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------- bad input
 def test_unknown_model_lists_close_matches_when_the_config_is_read(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.name: unknown model 'bcos_resnet81'; did you mean bcos_resnet18"):
-        from_dict(TrainConfig, {"output_dir": str(tmp_path / "r"), "model": {"name": "bcos_resnet81"}})
+        from_dict(ClassificationConfig, {"output_dir": str(tmp_path / "r"), "model": {"name": "bcos_resnet81"}})
     assert not (tmp_path / "r").exists()
 
 
 def test_guide_without_annotated_images_is_an_error(tmp_path):
-    config = from_dict(TrainConfig, {"output_dir": str(tmp_path / "r"), "cpu": True,
+    config = from_dict(GuideConfig, {"output_dir": str(tmp_path / "r"), "cpu": True,
                                      "model": {"name": "bcos_cifar10_resnet20"},
-                                     "data": {"image_size": 32, "annotated_fraction": 0.0, "options": {"n": 16}},
-                                     "guidance": {"enabled": True}})
+                                     "data": {"image_size": 32, "annotated_fraction": 0.0, "options": {"n": 16}}})
     with pytest.raises(TrainingError, match="none of the .* training images .* has boxes"):
-        Trainer(ClassificationTask(config))
+        Trainer(GuidanceTask(config))
 
 
 def test_non_finite_losses_are_skipped_then_training_stops(tmp_path, monkeypatch):
-    config = from_dict(TrainConfig, {"output_dir": str(tmp_path / "r"), "cpu": True,
-                                     "model": {"name": "bcos_cifar10_resnet20"},
-                                     "data": {"image_size": 32, "batch_size": 4, "options": {"n": 32}}})
+    config = from_dict(ClassificationConfig, {"output_dir": str(tmp_path / "r"), "cpu": True,
+                                              "model": {"name": "bcos_cifar10_resnet20"},
+                                              "data": {"image_size": 32, "batch_size": 4, "options": {"n": 32}}})
     trainer = Trainer(ClassificationTask(config))
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
@@ -127,8 +127,9 @@ def test_non_finite_losses_are_skipped_then_training_stops(tmp_path, monkeypatch
 def test_unwritable_output_directory_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    config = from_dict(TrainConfig, {"output_dir": str(blocker / "run"), "cpu": True,
-                                     "model": {"name": "bcos_cifar10_resnet20"}, "data": {"options": {"n": 16}}})
+    config = from_dict(ClassificationConfig, {"output_dir": str(blocker / "run"), "cpu": True,
+                                              "model": {"name": "bcos_cifar10_resnet20"},
+                                              "data": {"options": {"n": 16}}})
     with pytest.raises(TrainingError, match="not writable"):
         Trainer(ClassificationTask(config))
 
@@ -147,7 +148,8 @@ def test_run_writes_model_metrics_checkpoints_and_explanations(reference_run):
     run = reference_run / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["epochs"] == 2 and len(summary["history"]) == 2
-    assert summary["config"]["guidance"]["enabled"] is True and summary["provenance"]["rightreasons"]
+    assert summary["task"] == "guide" and summary["config"]["guidance"]["layer"] == "mid2"
+    assert summary["provenance"]["rightreasons"]
     assert {"git_commit", "torch", "argv"} <= summary["provenance"].keys()
     state = json.loads((run / "checkpoints" / "step-000012" / "trainer_state.json").read_text())
     assert state["config"] == summary["config"] and state["provenance"]["argv"]
@@ -185,7 +187,7 @@ def dying_step(self, batch):
         os.kill(os.getpid(), signal.SIGKILL)
     return original(self, batch)
 T.Trainer.train_step = dying_step
-from rightreasons.cli import main
+from rightreasons.apps.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -199,7 +201,7 @@ def dying_save(self, step, state, protect=()):
         os.kill(os.getpid(), signal.SIGKILL)
     return original(self, step, state, protect)
 C.CheckpointManager.save = dying_save
-from rightreasons.cli import main
+from rightreasons.apps.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -222,15 +224,15 @@ def test_sigkill_then_resume_ends_with_the_same_weights(reference_run, tmp_path,
 
 
 def test_resume_with_another_config_names_the_differing_keys(reference_run, tmp_path):
-    config = load_config(TrainConfig, reference_run / "config.yaml",
-                         [f"output_dir={reference_run / 'run'}", "guidance.enabled=true", "optim.lr=0.01"])
+    config = load_config(GuideConfig, reference_run / "config.yaml",
+                         [f"output_dir={reference_run / 'run'}", "optim.lr=0.01"])
     with pytest.raises(TrainingError, match=r"optim\.lr: 0\.001 != 0\.01"):
         run(config, resume=True)
 
 
 def test_evaluate_command_writes_all_metrics(reference_run):
     out = reference_run / "test.json"
-    _run(["evaluate", "--config", "config.yaml", "guidance.enabled=true", "--checkpoint", "run/model.safetensors",
+    _run(["evaluate", "--config", "config.yaml", "--checkpoint", "run/model.safetensors",
           "--split", "test", "--out", str(out)], reference_run)
     results = json.loads(out.read_text())
     assert results["split"] == "test" and results["method"] == "bcos" and results["layer"] == "mid2"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rightreasons.cli import main
+from rightreasons.apps.cli import main
 from rightreasons.engine.launch import LOCK_FILE, OutputLock, use_cpu
 from rightreasons.engine.trainer import EXIT_PREEMPTED
 from rightreasons.errors import TrainingError

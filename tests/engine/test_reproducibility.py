@@ -15,13 +15,13 @@ from safetensors.torch import load_file
 
 import rightreasons
 from rightreasons.config import from_dict, to_dict
-from rightreasons.engine import TrainConfig
-from rightreasons.tasks import run
+from rightreasons.classification import ClassificationConfig
+from rightreasons.engine import run
 
 
-def config(output_dir: Path, seed: int) -> TrainConfig:
+def config(output_dir: Path, seed: int) -> ClassificationConfig:
     """bcos_cifar10_resnet20 at 32 px on 32 synthetic-birds images: one epoch of 4 steps, then validation."""
-    return from_dict(TrainConfig, {
+    return from_dict(ClassificationConfig, {
         "output_dir": str(output_dir), "cpu": True, "seed": seed, "log_every": 1,
         "model": {"name": "bcos_cifar10_resnet20"},
         "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 8, "eval_batch_size": 32,

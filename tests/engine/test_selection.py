@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rightreasons import tasks
 from rightreasons.config import from_dict
-from rightreasons.engine import TrainConfig
+from rightreasons.classification import ClassificationConfig
+from rightreasons.engine import run
 from rightreasons.errors import ConfigError, TrainingError
 
 
-def _config(out: Path, **sections) -> TrainConfig:
+def _config(out: Path, **sections) -> ClassificationConfig:
     raw = {"output_dir": str(out), "cpu": True, "seed": 0,
            "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 4}},
            "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 8, "eval_batch_size": 16,
@@ -26,7 +26,7 @@ def _config(out: Path, **sections) -> TrainConfig:
            "checkpoint": {"keep_last": 1, "export": "best"}}
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value}
-    return from_dict(TrainConfig, raw)
+    return from_dict(ClassificationConfig, raw)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def selected_run(tmp_path_factory) -> Path:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        tasks.run(_config(out))
+        run(_config(out))
     finally:
         torch.set_num_threads(threads)
     return out
@@ -64,6 +64,6 @@ def test_an_unknown_selection_metric_names_the_metrics_there_are(tmp_path):
     config = _config(tmp_path / "run", eval={"select": "wrost_group_accuracy"}, optim={"epochs": 1})
     with pytest.raises(TrainingError, match=r"eval.select='wrost_group_accuracy' is not a validation metric of this "
                                              r"run; it reports \[.*'worst_group_accuracy'"):
-        tasks.run(config)
+        run(config)
     with pytest.raises(ConfigError, match="checkpoint.export"):
         _config(tmp_path / "other", checkpoint={"export": "first"})

@@ -11,7 +11,7 @@ from matplotlib.patches import Rectangle
 
 import rightreasons as rr
 from rightreasons.bcos import AddInverse
-from rightreasons.classification import class_probabilities
+from rightreasons.classification.loss import class_probabilities
 from rightreasons.errors import ConfigError
 from rightreasons.explain import class_name, explain, prediction_caption, save_explanation
 from rightreasons.explain import visualize

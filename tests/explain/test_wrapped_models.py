@@ -11,7 +11,7 @@ from torch import nn
 
 import rightreasons
 from rightreasons.explain import METHODS, attribute, capture_outputs, resolve_layer
-from rightreasons.hub import capabilities, unwrap_model
+from rightreasons.models import capabilities, unwrap_model
 
 CASES = [(m, layer) for m in METHODS for layer in ("input", "mid2", "final")
          if not (METHODS[m].input_only and layer != "input")]

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 import rightreasons as rr
 from rightreasons.bcos import BcosConv2d, BcosLinear
 from rightreasons.explain import explain
-from rightreasons.hub.registry import get_model_spec
+from rightreasons.models.registry import get_model_spec
 
 TRANSFORMER_FAMILIES = {"vit", "holistic_vit"}
 EVAL_MODE_MAX_PARAMS = 20_000_000

@@ -9,7 +9,7 @@ from captum.attr import IntegratedGradients
 from torch import nn
 
 from rightreasons import create_model, list_models, load_weights
-from rightreasons.hub.registry import get_model_spec
+from rightreasons.models.registry import get_model_spec
 
 STANDARD = ["resnet18", "resnet34", "resnet50", "xdnn_resnet50", "densenet121", "densenet169",
             "vit_tiny_patch16_224", "vit_small_patch16_224"]

@@ -20,8 +20,8 @@ from rightreasons import create_model, list_models, load_weights  # noqa: E402
 from rightreasons.bcos.dynamic import DynamicLinear  # noqa: E402
 from rightreasons.errors import UsageError  # noqa: E402
 from rightreasons.explain import attribute  # noqa: E402
-from rightreasons.hub.pretrained import PRETRAINED, PretrainedWeights  # noqa: E402
-from rightreasons.hub.registry import get_model_spec  # noqa: E402
+from rightreasons.models.pretrained import PRETRAINED, PretrainedWeights  # noqa: E402
+from rightreasons.models.registry import get_model_spec  # noqa: E402
 from rightreasons.models.standard import StandardSimpleViT  # noqa: E402
 
 NAMES = [f"{family}_{size}_{suffix}" for family, suffix in (("simple_vit", "patch16_224"), ("vitc", "patch1_14"))

@@ -21,11 +21,10 @@ import pytest
 import torch
 
 import rightreasons
-from rightreasons import sweep
-from rightreasons.cli import main
-from rightreasons.config import load_config
+from rightreasons.apps import sweep
+from rightreasons.apps.cli import main
 from rightreasons.data import GROUP_NAMES, load_dataset
-from rightreasons.engine import TrainConfig
+from rightreasons.apps.tasks import load_task_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = {"voc2007": "### PASCAL VOC 2007", "coco2014": "### MS COCO 2014", "waterbirds100": "### Waterbirds-100"}
@@ -105,12 +104,12 @@ def adapt(argv: list[str], imagenet: Path) -> list[str]:
     if command == "prepare":
         return argv + (["--allow-partial"] if argv[1] != "waterbirds100" else [])
     if command in ("train", "guide"):
-        config = load_config(TrainConfig, argv[argv.index("--config") + 1])
+        config = load_task_config(command, argv[argv.index("--config") + 1])
         return argv + TINY + (stand_in if config.model.pretrained else [])
     if command == "sweep":
         only = argv.index("--only") + 1
         runs = [run for run in sweep.load_grid(argv[1]) if argv[only] in run.name]
-        overrides = TINY + (stand_in if runs[0].load().model.pretrained else [])
+        overrides = TINY + (stand_in if runs[0].config.model.pretrained else [])
         return [*argv[:only], runs[0].name, *argv[only + 1:], *(x for o in overrides for x in ("--set", o))]
     return argv
 
@@ -149,12 +148,13 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     baseline = json.loads((runs / "baseline" / "summary.json").read_text())
     guided = json.loads((runs / "guided" / "summary.json").read_text())
     # the baseline starts from the (stand-in) ImageNet weights, the guided run from the baseline's run directory
-    assert baseline["config"]["model"]["checkpoint"] == str(imagenet) and not baseline["config"]["guidance"]["enabled"]
+    assert baseline["config"]["model"]["checkpoint"] == str(imagenet)
+    assert baseline["task"] == "train" and "guidance" not in baseline["config"]
     if dataset == "waterbirds100":  # guided from the ImageNet weights, as the thesis
         assert guided["config"]["model"]["checkpoint"] == str(imagenet)
     else:
         assert guided["config"]["model"]["checkpoint"] == f"runs/{dataset}/baseline"
-    assert guided["config"]["guidance"]["enabled"] and {"epg", "iou"} <= guided["history"][-1].keys()
+    assert guided["task"] == "guide" and {"epg", "iou"} <= guided["history"][-1].keys()
     assert baseline["best"]["metric"] == ("accuracy" if dataset == "waterbirds100" else "f1")
 
     # evaluate: the run's config from its summary.json, the dataset's test split (COCO 2014: val)

@@ -18,16 +18,17 @@ import warnings
 import torch
 
 from rightreasons.config import from_dict
-from rightreasons.engine import TrainConfig
+from rightreasons.apps.tasks import config_for_task
+from rightreasons.distill import DistillConfig, write_teacher_cache
+from rightreasons.engine import run
 from rightreasons.engine.trainer import EXIT_PREEMPTED, Preempted
-from rightreasons.tasks import DistillConfig, run, write_teacher_cache
 
 
 def _job(job: dict) -> None:
     if job["kind"] == "cache":
         write_teacher_cache(from_dict(DistillConfig, job["config"]), job["out"], shard_size=job.get("shard_size"))
     else:
-        run(from_dict(DistillConfig if job["kind"] == "distill" else TrainConfig, job["config"]), job["resume"])
+        run(config_for_task(None, job["config"], f"a {job['kind']} job"), job["resume"])
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from torch import nn
 
 from rightreasons import create_model, load_weights
 from rightreasons.errors import CheckpointError
-from rightreasons.hub import read_state_dict
+from rightreasons.models import read_state_dict
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -83,7 +83,7 @@ def test_garbage_files_are_refused(content, suffix):
 def test_checkpoint_of_another_architecture_is_refused_by_create_model(tmp_path, target, problem):
     """A plain torch state dict of a ResNet-20 given to ``create_model(target, checkpoint=...)`` (which, with
     ``num_classes``, may replace the classifier but nothing else). Key-level refusals of ``load_weights`` itself are
-    in tests/hub/test_weights.py."""
+    in tests/models/test_weights.py."""
     path = tmp_path / "resnet20.pth"
     torch.save(create_model("bcos_cifar10_resnet20", num_classes=3).state_dict(), path)
     with pytest.raises(CheckpointError, match=rf"{path} does not fit the model {target}: .*{problem}"):

@@ -1,7 +1,7 @@
 """Fuzzed experiment configs: values of the wrong type at every key of the schema, misspelt keys, random YAML
 documents and random ``key=value`` overrides.
 
-Every case ends in a valid :class:`TrainConfig` (holding exactly the value given, with every typed number finite) or
+Every case ends in a valid :class:`GuideConfig` (holding exactly the value given, with every typed number finite) or
 in a :class:`ConfigError` naming the key; never another exception and never a NaN or infinity in a number field.
 """
 
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rightreasons.config import from_dict, load_config, to_dict
-from rightreasons.engine import TrainConfig
+from rightreasons.guidance import GuideConfig
 from rightreasons.errors import ConfigError
 
 FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -36,7 +36,7 @@ def schema_keys(cls: type, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...]
     return out
 
 
-KEYS = schema_keys(TrainConfig)
+KEYS = schema_keys(GuideConfig)
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10 ** 6, 10 ** 6), st.just(10 ** 400),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
                     st.sampled_from(["1e-4", "adam", "bcos", "auto", "input", "0.5", "true", "null", ".nan"]))
@@ -64,7 +64,7 @@ def holds(resolved: Any, given: Any) -> bool:
     return resolved == given and type(resolved) is not bool or resolved is given
 
 
-def typed_numbers(config: TrainConfig) -> list[float]:
+def typed_numbers(config: GuideConfig) -> list[float]:
     """The values of all number fields whose annotation is float (not the free-form ``dict[str, Any]`` ones)."""
     flat = to_dict(config)
     out = []
@@ -84,7 +84,7 @@ def typed_numbers(config: TrainConfig) -> list[float]:
 def test_any_value_at_any_key_is_accepted_exactly_or_refused_naming_the_key(path, value):
     dotted = ".".join(path)
     try:
-        config = from_dict(TrainConfig, nested(path, value))
+        config = from_dict(GuideConfig, nested(path, value))
     except ConfigError as e:
         assert dotted in str(e), f"message does not name {dotted}: {e}"
         event("refused with ConfigError")
@@ -116,7 +116,7 @@ def test_misspelt_keys_are_refused_naming_the_key_and_the_valid_ones(path, how, 
         return
     bad = path[:depth] + (wrong,)
     with pytest.raises(ConfigError, match="unknown config key") as info:
-        from_dict(TrainConfig, nested(bad, 1))
+        from_dict(GuideConfig, nested(bad, 1))
     assert repr(".".join(bad)) in str(info.value) and "valid keys here" in str(info.value)
 
 
@@ -131,7 +131,7 @@ def test_random_yaml_documents_give_a_config_or_a_config_error(document, raw):
         path = Path(folder) / "config.yaml"
         path.write_bytes(document.encode("latin-1" if raw else "utf-8", errors="replace"))
         try:
-            config = load_config(TrainConfig, path)
+            config = load_config(GuideConfig, path)
         except ConfigError as e:
             assert str(path) in str(e)
             event("refused with ConfigError")
@@ -149,7 +149,7 @@ def test_random_yaml_documents_give_a_config_or_a_config_error(document, raw):
                           .map("=".join)))
 def test_random_overrides_give_a_config_or_a_config_error(override):
     try:
-        config = load_config(TrainConfig, None, [override])
+        config = load_config(GuideConfig, None, [override])
     except ConfigError:
         event("refused with ConfigError")
         return
@@ -159,4 +159,4 @@ def test_random_overrides_give_a_config_or_a_config_error(override):
 
 def test_missing_config_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"config file not found: .*nowhere\.yaml"):
-        load_config(TrainConfig, tmp_path / "nowhere.yaml")
+        load_config(GuideConfig, tmp_path / "nowhere.yaml")

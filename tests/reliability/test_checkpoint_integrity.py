@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from rightreasons.config import from_dict
-from rightreasons.engine import TrainConfig
+from rightreasons.engine import run
 from rightreasons.engine.checkpointing import MANIFEST, STATE_FILE, CheckpointManager
 from rightreasons.engine.trainer import EXIT_PREEMPTED
 from rightreasons.errors import CheckpointError, TrainingError
-from rightreasons.tasks import run
+from rightreasons.guidance import GuideConfig
 
 
 def _config(out: Path, **changes) -> dict:
@@ -32,7 +32,7 @@ def _config(out: Path, **changes) -> dict:
               "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
                        "annotated_fraction": 0.5, "options": {"n": 12, "size": 32}},
               "optim": {"name": "adam", "lr": 1e-3, "epochs": 2},
-              "guidance": {"enabled": True, "weight": 1.0},
+              "guidance": {"weight": 1.0},
               "eval": {"num_images": 0},
               "checkpoint": {"keep_last": 2, "every_steps": 2}}
     for key, value in changes.items():
@@ -48,7 +48,7 @@ def _config(out: Path, **changes) -> dict:
 def finished(tmp_path_factory, run_outcome):
     """A finished run (checkpoints after steps 4 and 6 among those kept) and what it ended with."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    run(from_dict(TrainConfig, _config(out)))
+    run(from_dict(GuideConfig, _config(out)))
     return out, run_outcome(out)
 
 
@@ -95,7 +95,7 @@ def test_a_corrupted_newest_checkpoint_is_detected_and_the_run_falls_back(finish
     (out / "summary.json").unlink()
     corruption.damage(out / "checkpoints" / "step-000006" / corruption.file)
     with pytest.warns(UserWarning, match=f"resuming from step-000004.*step-000006: .*({corruption.defect})"):
-        run(from_dict(TrainConfig, _config(out)), resume=True)
+        run(from_dict(GuideConfig, _config(out)), resume=True)
     assert run_outcome(out) == expected
 
 
@@ -108,7 +108,7 @@ def test_when_no_checkpoint_is_intact_every_defect_is_listed(finished, tmp_path)
     for path in checkpoints:
         _flip_bit(path / "model.safetensors")
     with pytest.raises(CheckpointError, match="no intact checkpoint") as error:
-        run(from_dict(TrainConfig, _config(out)), resume=True)
+        run(from_dict(GuideConfig, _config(out)), resume=True)
     assert all(path.name in str(error.value) for path in checkpoints)
 
 
@@ -119,7 +119,7 @@ def test_a_complete_checkpoint_left_unrenamed_is_promoted_not_deleted(finished, 
     (out / "summary.json").unlink()
     newest = out / "checkpoints" / "step-000006"
     newest.rename(newest.with_name(".tmp-step-000006"))  # killed between writing the manifest and the rename
-    run(from_dict(TrainConfig, _config(out)), resume=True)
+    run(from_dict(GuideConfig, _config(out)), resume=True)
     assert newest.is_dir() and not newest.with_name(".tmp-step-000006").exists()
     assert run_outcome(out) == expected
 
@@ -141,7 +141,7 @@ def test_the_disk_preflight_counts_the_pareto_front_and_the_best_checkpoint(tmp_
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**5, 10**5))
     with pytest.raises(TrainingError, match=r"up to \d+ of them .*keep_last = 2, the best one, up to \d+ on the "
                                             "Pareto front"):
-        run(from_dict(TrainConfig, _config(tmp_path / "run")))
+        run(from_dict(GuideConfig, _config(tmp_path / "run")))
 
 
 def test_a_full_disk_while_checkpointing_says_nothing_was_lost_and_how_to_resume(tmp_path, monkeypatch):
@@ -158,14 +158,14 @@ def test_a_full_disk_while_checkpointing_says_nothing_was_lost_and_how_to_resume
     monkeypatch.setattr(Accelerator, "save_state", save_state)
     with pytest.raises(TrainingError, match="full.*Nothing was lost: the newest complete checkpoint is step-000002"
                                             ".*--resume"):
-        run(from_dict(TrainConfig, _config(tmp_path / "run")))
+        run(from_dict(GuideConfig, _config(tmp_path / "run")))
     assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))
 
 
 def test_resume_on_the_first_start_starts_fresh(tmp_path):
     out = tmp_path / "run"
     with pytest.warns(UserWarning, match="no checkpoint .* yet: starting the run from the beginning"):
-        summary = run(from_dict(TrainConfig, _config(out, **{"optim.epochs": 1})), resume=True)
+        summary = run(from_dict(GuideConfig, _config(out, **{"optim.epochs": 1})), resume=True)
     assert summary["steps"] == 3
 
 

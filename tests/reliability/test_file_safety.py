@@ -25,8 +25,7 @@ import torch
 import yaml
 from PIL import Image
 
-import rightreasons.engine.trainer as trainer_module
-from rightreasons import create_model, load_model, load_weights, tasks
+from rightreasons import create_model, load_model, load_weights
 from rightreasons.config import from_dict, load_config
 from rightreasons.data import DataError, load_dataset
 from rightreasons.data.synthetic.storage import FORMAT as SYNTHETIC_FORMAT
@@ -34,11 +33,11 @@ from rightreasons.data.synthetic.storage import VERSION as SYNTHETIC_VERSION
 from rightreasons.distill.cache import FORMAT as CACHE_FORMAT
 from rightreasons.distill.cache import VERSION as CACHE_VERSION
 from rightreasons.distill.cache import ExplanationCache
-from rightreasons.engine import TrainConfig, Trainer
+from rightreasons.classification import ClassificationConfig, ClassificationTask
+from rightreasons.engine import Trainer, run
 from rightreasons.engine.checkpointing import MANIFEST
 from rightreasons.errors import CacheError, CheckpointError, ConfigError, TrainingError
-from rightreasons.hub import read_state_dict
-from rightreasons.tasks import ClassificationTask
+from rightreasons.models import read_state_dict
 
 
 class Payload:
@@ -54,7 +53,7 @@ class Payload:
 def crafted_checkpoint(path: Path, marker: Path, kind: str) -> Path:
     """A checkpoint file whose unpickling writes ``marker``: a state dict with the payload beside a real tensor, nested
     in a Lightning-style ``state_dict``, in torch's legacy (pre-1.6) format, or as a bare pickle. (A plain torch zip
-    file through ``load_weights`` is tested in tests/hub/test_weights.py.)"""
+    file through ``load_weights`` is tested in tests/models/test_weights.py.)"""
     state = {"conv1.linear.weight": torch.zeros(1), "fc.bias": Payload(marker)}
     if kind == "lightning":
         torch.save({"state_dict": state, "epoch": 3}, path)
@@ -96,18 +95,18 @@ def finished_run(tmp_path_factory) -> Path:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        tasks.run(tiny_config(folder / "run", checkpoint={"every_steps": 1, "keep_last": 1}))
+        run(tiny_config(folder / "run", checkpoint={"every_steps": 1, "keep_last": 1}))
     finally:
         torch.set_num_threads(threads)
     return folder / "run"
 
 
-def tiny_config(output_dir: Path, **sections) -> TrainConfig:
-    return from_dict(TrainConfig, {"output_dir": str(output_dir), "cpu": True, "seed": 0,
-                                   "model": {"name": "bcos_cifar10_resnet20"},
-                                   "data": {"image_size": 32, "batch_size": 4, "eval_batch_size": 8,
-                                            "options": {"n": 8, "seed": 1}},
-                                   "optim": {"epochs": 1}, "eval": {"num_images": 0}, **sections})
+def tiny_config(output_dir: Path, **sections) -> ClassificationConfig:
+    return from_dict(ClassificationConfig, {"output_dir": str(output_dir), "cpu": True, "seed": 0,
+                                            "model": {"name": "bcos_cifar10_resnet20"},
+                                            "data": {"image_size": 32, "batch_size": 4, "eval_batch_size": 8,
+                                                     "options": {"n": 8, "seed": 1}},
+                                            "optim": {"epochs": 1}, "eval": {"num_images": 0}, **sections})
 
 
 @pytest.mark.parametrize("target", ["optimizer.bin", "scheduler.bin", "random_states_0.pkl"])
@@ -124,7 +123,7 @@ def test_training_checkpoint_crafted_to_run_code_is_refused_on_resume(finished_r
     marker = tmp_path / "marker"
     torch.save({"state": Payload(marker)}, checkpoint / target)
     trainer = Trainer(ClassificationTask(tiny_config(run, checkpoint={"every_steps": 1, "keep_last": 1})))
-    with pytest.raises(CheckpointError, match=rf"no intact checkpoint .*{target} has \d+ bytes, the manifest says"):
+    with pytest.raises(CheckpointError, match=rf"no intact checkpoint .*{target} has \d+ bytes, its record says"):
         trainer.resume()
     manifest = json.loads((checkpoint / MANIFEST).read_text())
     content = (checkpoint / target).read_bytes()
@@ -170,10 +169,10 @@ def test_yaml_python_tags_are_refused(tmp_path, tag, where):
         path = tmp_path / "evil.yaml"
         path.write_text(f"output_dir: {value}\n")
         with pytest.raises(ConfigError, match=rf"{path}: not valid YAML: .*could not determine a constructor"):
-            load_config(TrainConfig, path)
+            load_config(ClassificationConfig, path)
     else:
         with pytest.raises(ConfigError, match=r"override 'output_dir=.*': value is not a valid YAML scalar"):
-            load_config(TrainConfig, None, [f"output_dir={value}"])
+            load_config(ClassificationConfig, None, [f"output_dir={value}"])
     assert not marker.exists()
     if tag == TAGS[0]:  # the document is live: an unsafe loader runs it
         yaml.unsafe_load(value)
@@ -296,8 +295,8 @@ def test_disk_too_small_for_the_checkpoints_fails_before_training(tmp_path, monk
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     per_checkpoint = weights + slots * sum(p.numel() * p.element_size() for p in model.parameters())
     needed = per_checkpoint * (3 + 1 + front + 1)
-    usage = trainer_module.shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(trainer_module.shutil, "disk_usage", lambda path: usage._replace(free=needed - 1))
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=needed - 1))
     config = tiny_config(tmp_path / "run", optim={"epochs": 1, **optim},
                          checkpoint={"keep_last": 3, "keep_front": keep_front})
     with pytest.raises(TrainingError, match=rf"a checkpoint takes about {per_checkpoint:,} bytes .* up to "
@@ -306,5 +305,5 @@ def test_disk_too_small_for_the_checkpoints_fails_before_training(tmp_path, monk
                                             "bytes are free"):
         Trainer(ClassificationTask(config))
     assert not (tmp_path / "run" / "checkpoints").exists()
-    monkeypatch.setattr(trainer_module.shutil, "disk_usage", lambda path: usage._replace(free=needed))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=needed))
     assert Trainer(ClassificationTask(config)).checkpoints.latest() is None

@@ -62,7 +62,7 @@ def _train_config(out: Path, keep_last: int, **guidance) -> dict:
             "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
                      "annotated_fraction": 0.5, "options": {"n": 12, "size": 32}},
             "optim": {"name": "adam", "lr": 1e-3, "epochs": 2},
-            "guidance": {"enabled": True, "weight": 1.0, **guidance},
+            "guidance": {"weight": 1.0, **guidance},
             "eval": {"num_images": 0},
             "checkpoint": {"keep_last": keep_last, "every_steps": 2}}
 

@@ -25,7 +25,7 @@ from rightreasons.explain import MAP_METHOD_NAMES as METHODS
 from rightreasons.explain import attribute
 from rightreasons.guidance.losses import LOSSES
 from rightreasons.metrics import epg, explanation_similarity, iou
-from rightreasons.tasks.classification import classification_loss
+from rightreasons.classification.loss import classification_loss
 
 SIZE = 16
 LAYERS = ("input", "mid2")

@@ -18,14 +18,14 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 import rightreasons
-import rightreasons.cli
+import rightreasons.apps.cli
 from rightreasons.config import MAX_DEPTH, from_dict, load_config
 from rightreasons.data import load_dataset
 from rightreasons.data.io import open_image
 from rightreasons.distill import ExplanationCache
-from rightreasons.engine import TrainConfig
+from rightreasons.guidance import GuideConfig
 from rightreasons.errors import CacheError, CheckpointError, ConfigError, DataError
-from rightreasons.tasks import DistillConfig
+from rightreasons.distill import DistillConfig
 
 INVALID = [
     ({"eval": {"every_epochs": 0}}, "eval.every_epochs"),
@@ -53,7 +53,7 @@ INVALID = [
 @pytest.mark.parametrize("raw, key", INVALID, ids=[key for _, key in INVALID])
 def test_out_of_range_values_are_refused_naming_the_key(raw, key):
     with pytest.raises(ConfigError, match=f"^{key.replace('.', '[.]')}: expected"):
-        from_dict(TrainConfig, raw)
+        from_dict(GuideConfig, raw)
 
 
 @pytest.mark.parametrize("key, value", [("temperature", -1), ("temperature", 0), ("explanation_weight", -0.5),
@@ -66,7 +66,7 @@ def test_distillation_values_are_refused_naming_the_key(key, value):
 
 def test_error_messages_quote_only_an_excerpt_of_a_bad_value():
     with pytest.raises(ConfigError) as error:
-        from_dict(TrainConfig, {"log_every": "x" * 1_000_000})
+        from_dict(GuideConfig, {"log_every": "x" * 1_000_000})
     assert len(str(error.value)) < 300
 
 
@@ -83,7 +83,7 @@ def test_a_yaml_alias_bomb_is_refused_fast_and_small(tmp_path):
     tracemalloc.start()
     start = time.perf_counter()
     with pytest.raises(ConfigError, match="aliases are expanded") as error:
-        load_config(TrainConfig, path)
+        load_config(GuideConfig, path)
     seconds, (_, peak) = time.perf_counter() - start, tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert seconds < 1 and peak < 100 * 2**20 and len(str(error.value)) < 500
@@ -93,16 +93,16 @@ def test_deeply_nested_yaml_is_refused(tmp_path):
     path = tmp_path / "deep.yaml"
     path.write_text("data: {options: {x: " + "[" * 10_000 + "]" * 10_000 + "}}\n")
     with pytest.raises(ConfigError, match=f"nested deeper than {MAX_DEPTH}"):
-        load_config(TrainConfig, path)
+        load_config(GuideConfig, path)
     with pytest.raises(ConfigError, match="nested deeper"):
-        load_config(TrainConfig, None, ["data.options.x=" + "[" * 10_000 + "]" * 10_000])
+        load_config(GuideConfig, None, ["data.options.x=" + "[" * 10_000 + "]" * 10_000])
 
 
 def test_a_value_that_contains_itself_is_refused(tmp_path):
     path = tmp_path / "self.yaml"
     path.write_text("data: {options: &x {y: *x}}\n")
     with pytest.raises(ConfigError, match="contains itself"):
-        load_config(TrainConfig, path)
+        load_config(GuideConfig, path)
 
 
 def _png_header(width: int, height: int) -> bytes:
@@ -139,7 +139,7 @@ def test_the_pixel_limit_is_a_dataset_option(tmp_path):
 def test_the_explain_command_turns_image_bombs_into_an_error_line(tmp_path, capsys):
     path = tmp_path / "bomb.png"
     path.write_bytes(_png_header(30_000, 30_000))
-    code = rightreasons.cli.main(["explain", "--model", "bcos_resnet18", "--random-weights", "--num-classes", "2",
+    code = rightreasons.apps.cli.main(["explain", "--model", "bcos_resnet18", "--random-weights", "--num-classes", "2",
                                   str(path), "--out", str(tmp_path / "out"), "--size", "32"])
     assert code == 2 and "bomb.png" in capsys.readouterr().err
 

@@ -29,14 +29,11 @@ class Report:
     def note(self, message: str) -> None:
         self.notes.append(message)
 
-    def print(self) -> int:
-        print(f"== {self.title}")
-        for note in self.notes:
-            print(f"  {note}")
-        for problem in self.problems:
-            print(f"  MISSING/INVALID: {problem}")
-        print(f"== {'OK' if not self.problems else f'{len(self.problems)} problem(s)'}")
-        return self.exit_code
+    def text(self) -> str:
+        """The report as a command prints it: title, notes, problems and the verdict, one per line."""
+        return "\n".join([f"== {self.title}", *(f"  {note}" for note in self.notes),
+                          *(f"  MISSING/INVALID: {problem}" for problem in self.problems),
+                          f"== {'OK' if not self.problems else f'{len(self.problems)} problem(s)'}"])
 
     @property
     def exit_code(self) -> int:

@@ -1,0 +1,211 @@
+"""``rightreasons distill | cache | analyze shift``: knowledge distillation with e²KD.
+
+    rightreasons distill --config configs/distill/waterbirds_bcos_r50_r18_e2kd.yaml output_dir=runs/e2kd [--resume]
+    rightreasons distill --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml \
+        --frozen runs/cache-dn169
+    rightreasons cache --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml --out runs/cache-dn169
+    rightreasons cache --teacher runs/teacher/model.safetensors --data synthetic-birds --image-size 64 --out DIR
+    rightreasons analyze shift --model teacher=runs/teacher/model.safetensors --model e2kd=runs/e2kd/model.safetensors \
+        --data synthetic-birds --split test --image-size 64 --max-shift 16 --out runs/shift
+
+``distill`` and ``cache`` take ``--config FILE`` plus ``key.path=value`` overrides (validated); under ``accelerate
+launch`` or ``torchrun`` they use every process (``cache`` splits the shards among them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from ...errors import UsageError
+from .arguments import add_resume, non_negative_int, positive_int, resume_and_overrides
+
+__all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SHIFT_SIZE = 224
+"""The input size of ``analyze shift`` when no model file records the resolution it was trained at."""
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path,
+                        help="YAML distillation config (schema: rightreasons.distill.config)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. distill.temperature=5")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("distill", help="distil a teacher into a student (KD, e²KD, frozen e²KD, AT)")
+    _add_config(p)
+    p.add_argument("--frozen", type=Path, metavar="DIR", help="train on the cached teacher outputs in DIR "
+                                                              "(same as distill.frozen=DIR)")
+    add_resume(p)
+    p.set_defaults(func=run_distill)
+
+    p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image")
+    _add_config(p)
+    p.add_argument("--teacher", help="teacher: a model file written by rightreasons, or a registry name "
+                                     "(teacher.name; weights with teacher.checkpoint=FILE)")
+    p.add_argument("--data", help="dataset name (data.name)")
+    p.add_argument("--root", help="dataset root directory (data.root)")
+    p.add_argument("--split", help="split to cache (data.train_split, default train)")
+    p.add_argument("--image-size", type=positive_int, help="training resolution (data.image_size)")
+    p.add_argument("--out", type=Path, required=True, help="cache directory (a partial cache there is resumed)")
+    p.add_argument("--batch-size", type=positive_int, help="images per teacher call (default data.eval_batch_size)")
+    p.add_argument("--shard-size", type=positive_int, help="images per shard (default: about 256 MiB per shard)")
+    p.set_defaults(func=run_cache)
+
+    p = subparsers.add_parser("analyze", help="analyses of trained models")
+    analyses = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    s = analyses.add_parser("shift", help="explanation similarity under diagonal image shifts, with a plot")
+    s.add_argument("--model", action="append", required=True, metavar="[LABEL=]MODEL",
+                   help="a model file written by rightreasons or a registry name; repeat for several curves")
+    s.add_argument("--data", required=True, help="dataset name")
+    s.add_argument("--root", help="dataset root directory")
+    s.add_argument("--split", default="test", help="split to draw images from (default test)")
+    s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="dataset option (repeatable)")
+    s.add_argument("--image-size", type=positive_int, default=None,
+                   help=f"model input size (default: the data.image_size the model files were trained at, else "
+                        f"{DEFAULT_SHIFT_SIZE})")
+    s.add_argument("--max-shift", type=non_negative_int, default=32,
+                   help="largest diagonal shift in pixels (default 32)")
+    s.add_argument("--num-images", type=positive_int, default=64, help="images to average over (default 64)")
+    s.add_argument("--batch-size", type=positive_int, default=16)
+    s.add_argument("--explanation", default="auto", metavar="METHOD",
+                   help="explanation compared: auto (W(x), bcos_weights, for B-cos models, GradCAM otherwise) or a "
+                        "method of rightreasons.explain.METHODS, e.g. gradcam")
+    s.add_argument("--layer", default="final", help="GradCAM layer (default final)")
+    s.add_argument("--out", type=Path, required=True, help="output directory for shift.json and shift.png")
+    s.set_defaults(func=run_shift)
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from ...engine import run
+    from ..tasks import load_task_config
+
+    resume, overrides = resume_and_overrides(args)
+    overrides += [f"distill.frozen={args.frozen}"] if args.frozen else []
+    config = load_task_config("distill", args.config, overrides)
+    summary = run(config, resume=resume)
+    if PartialState().is_main_process:
+        print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir,
+                          "test": summary.get("test")}))
+    return 0
+
+
+def run_cache(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from ...distill import write_teacher_cache
+    from ...fileio import writable_directory
+    from ..tasks import load_task_config
+
+    overrides = list(args.overrides)
+    if args.teacher:
+        overrides += ([f"teacher.checkpoint={args.teacher}", "teacher.name=null"] if Path(args.teacher).is_file()
+                      else [f"teacher.name={args.teacher}"])
+    for flag, key in ((args.data, "data.name"), (args.root, "data.root"), (args.split, "data.train_split"),
+                      (args.image_size, "data.image_size")):
+        if flag is not None:
+            overrides.append(f"{key}={flag}")
+    config = load_task_config("distill", args.config, overrides)
+    writable_directory(args.out, "cache directory", create=False)
+    manifest = write_teacher_cache(config, args.out, batch_size=args.batch_size, shard_size=args.shard_size)
+    if PartialState().is_main_process:
+        print(json.dumps({"manifest": str(manifest)}))
+    return 0
+
+
+def _parse_options(items: list[str]) -> dict[str, object]:
+    import yaml
+
+    from ...config import read_yaml
+
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--option {item!r} is not of the form KEY=VALUE")
+        try:
+            options[key] = read_yaml(value)
+        except yaml.YAMLError as e:
+            raise UsageError(f"--option {item!r}: the value is not a valid YAML scalar: {e}") from e
+    return options
+
+
+def _model_source(spec: str) -> tuple[str, str]:
+    """``[LABEL=]SOURCE`` → (label, source): a model file written by rightreasons or a registry name (label: the
+    file stem or the name)."""
+    label, sep, source = spec.partition("=")
+    if not sep:
+        label, source = Path(spec).stem if Path(spec).is_file() else spec, spec
+    return label, source
+
+
+def _trained_size(source: str) -> int | None:
+    """``data.image_size`` of the training config a model file stores (written by training), or None."""
+    from ...models import read_state_dict
+
+    if not Path(source).is_file():
+        return None
+    _, metadata = read_state_dict(source)
+    try:
+        return int(json.loads(metadata["config"])["data"]["image_size"])
+    except (KeyError, TypeError, ValueError):  # no or another config: not a file of our training
+        return None
+
+
+def _shift_size(sources: list[str]) -> int:
+    """The input size of the shift analysis: the one resolution the model files were trained at, else
+    :data:`DEFAULT_SHIFT_SIZE`; models trained at different resolutions need ``--image-size``."""
+    sizes = {s: size for s in sources if (size := _trained_size(s)) is not None}
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"{s} at {size} px" for s, size in sizes.items())
+        raise UsageError(f"the models were trained at different resolutions ({listed}); choose one with --image-size")
+    return next(iter(sizes.values()), DEFAULT_SHIFT_SIZE)
+
+
+def run_shift(args: argparse.Namespace) -> int:
+    from torch.utils.data import DataLoader, Subset
+    from tqdm.auto import tqdm
+
+    from ...data import collate, eval_transform, load_dataset
+    from ...distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
+    from ...encoding import reencode
+    from ...fileio import writable_directory, write_json_atomic
+    from ...models import capabilities, create_model, load_model
+    from ...reporting import plot_shift_curves
+
+    explanations = [c for c in EXPLANATION_CHOICES if c != "none"]
+    if args.explanation not in explanations:
+        raise UsageError(f"--explanation {args.explanation!r}: expected one of {', '.join(explanations)}")
+    writable_directory(args.out, "--out", create=False)
+    specs = [_model_source(spec) for spec in args.model]
+    size = args.image_size if args.image_size is not None else _shift_size([source for _, source in specs])
+    canvas = size + args.max_shift
+    dataset = load_dataset(args.data, args.root, args.split, transform=eval_transform(canvas, encoding="none",
+                                                                                      crop_fraction=1.0),
+                           **_parse_options(args.option))
+    subset = Subset(dataset, range(min(args.num_images, len(dataset))))
+    shifts = list(range(args.max_shift + 1))
+    curves = {}
+    for k, (label, source) in enumerate(specs, 1):
+        model = load_model(source) if Path(source).is_file() else create_model(source)
+        caps = capabilities(model)
+        method = resolve_explanation(args.explanation, caps.bcos)
+        logger.info("[%d/%d] %s: %s explanations of %d images at %d px, shifted by 0 … %d px", k, len(specs), label,
+                    method, len(subset), size, args.max_shift)
+        loader = DataLoader(subset, batch_size=args.batch_size, collate_fn=collate)
+        batches = (reencode(b["image"], "none", caps.encoding) for b in tqdm(loader, desc=label, disable=None))
+        curves[label] = shift_similarity(model, batches, size, shifts, method, args.layer).tolist()
+    result = {"shifts": shifts, "curves": curves, "data": args.data, "split": args.split,
+              "image_size": size, "images": len(subset)}
+    write_json_atomic(args.out / "shift.json", result)
+    plot_shift_curves(args.out / "shift.png", shifts, curves,
+                      title=f"{args.data} {args.split}: explanation vs shift")
+    print(json.dumps({"json": str(args.out / "shift.json"), "plot": str(args.out / "shift.png")}))
+    return 0

@@ -1,0 +1,40 @@
+"""``rightreasons study guidance GRID``: where box guidance helps — baseline and guided fine-tunings over a grid of
+data variants, annotated fractions and seeds, chosen on validation and reported on test (see
+:mod:`rightreasons.guidance.study`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("study", help="run a robustness study (guidance over a grid of data variants)",
+                              description="Train a baseline and guided fine-tunings of it for every data variant, box "
+                                          "fraction, method and seed of a study file; every training exports its "
+                                          "best checkpoint on the group-balanced validation split, the test split "
+                                          "is only reported. Finished runs are kept, so an interrupted study "
+                                          "resumes. Writes study.md, study.csv, study.json and study.png.")
+    p.add_argument("kind", choices=["guidance"], help="the study (guidance: synthetic-birds, box guidance)")
+    p.add_argument("grid", type=Path, help="study file (e.g. configs/studies/guidance.yaml)")
+    p.add_argument("--out", type=Path, required=True, help="folder for the runs and the tables")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override a key of the study file (repeatable), e.g. seeds=1 recipe.guided_epochs=2")
+    p.add_argument("--dry-run", action="store_true", help="print what would be trained and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...config import load_config
+    from ...guidance.study import GuidanceStudy, run_study
+
+    study = load_config(GuidanceStudy, args.grid, args.overrides)
+    if args.dry_run:
+        print(f"{study.trainings} trainings: {len(study.variants)} data variant(s) × {study.seeds} seed(s) × "
+              f"(baseline + {len(study.annotated_fraction)} fraction(s) × {len(study.methods)} method(s))")
+        for variant in study.variants:
+            print(f"  {variant.label}")
+        return 0
+    results = run_study(study, args.out)
+    print(f"wrote {args.out / 'study.md'} ({len(results['records'])} runs scored)")
+    return 0

@@ -1,0 +1,109 @@
+"""``rightreasons train | guide | evaluate``: fine-tune, box-guide and evaluate classifiers from YAML configs.
+
+``train`` and ``guide`` need ``--config FILE`` (a run always says what it trains, on which data, into which
+directory) plus ``key.path=value`` overrides (validated: unknown keys are errors). Under ``accelerate launch`` or
+``torchrun`` every process runs the same command and training uses all of them.
+
+``evaluate`` scores a model file written by ``train``/``guide``. Without ``--config`` it reads the run's config from
+the ``summary.json`` beside the model file (a finished run writes both) and refuses when there is none; ``--split``
+defaults to the dataset's test split, or ``val`` where there is none (COCO 2014).
+
+    rightreasons train --config configs/guidance/voc2007_baseline.yaml
+    rightreasons guide --config configs/guidance/voc2007.yaml guidance.weight=5e-3 --resume
+    rightreasons evaluate --checkpoint runs/voc2007/guided/model.safetensors --out runs/voc2007/guided/test.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...errors import ConfigError, UsageError
+from .arguments import add_resume, resume_and_overrides
+
+if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when they run, so that --help starts at once
+    from ...engine import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+SUMMARY = "summary.json"
+
+
+def _add_common(parser: argparse.ArgumentParser, config_required: bool) -> None:
+    parser.add_argument("--config", type=Path, required=config_required,
+                        help="YAML config (schema: rightreasons.classification.config, rightreasons.guidance.config)"
+                        if config_required else
+                        "YAML config (default: the config in the summary.json beside --checkpoint)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=1e-4")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    for name, help_text in (("train", "fine-tune a classifier (no localisation term)"),
+                            ("guide", "fine-tune with a localisation loss on bounding boxes")):
+        p = subparsers.add_parser(name, help=help_text)
+        _add_common(p, config_required=True)
+        add_resume(p)
+        p.set_defaults(func=run_train)
+    p = subparsers.add_parser("evaluate", help="evaluate a trained model on a split and write all metrics as JSON")
+    _add_common(p, config_required=False)
+    p.add_argument("--checkpoint", type=Path, required=True, help="a model.safetensors written by train/guide")
+    p.add_argument("--split", default=None,
+                   help="dataset split to evaluate (default: test, or val for datasets without one, e.g. COCO)")
+    p.add_argument("--out", type=Path, help="write the metrics here as JSON (default: print only)")
+    p.set_defaults(func=run_evaluate)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from ...engine import run
+    from ..tasks import load_task_config
+
+    resume, overrides = resume_and_overrides(args)
+    config = load_task_config(args.command, args.config, overrides)
+    summary = run(config, resume=resume)
+    if PartialState().is_main_process:
+        print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
+    return 0
+
+
+def run_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, Path]:
+    """The config of the run that wrote ``checkpoint``, from the ``summary.json`` beside it (with ``overrides``),
+    and that file; :class:`UsageError` when there is none."""
+    from ...config import apply_overrides
+    from ...fileio import read_json_object
+    from ..tasks import config_for_task
+
+    summary = checkpoint.parent / SUMMARY
+    if not summary.is_file():
+        raise UsageError(f"no {SUMMARY} beside {checkpoint}, so the config it was trained with is unknown (a finished "
+                         f"run writes {SUMMARY} next to its model.safetensors); pass --config FILE with that config")
+    record = read_json_object(summary, "training summary", ConfigError)
+    if not isinstance(record.get("config"), dict):
+        raise ConfigError(f"{summary}: not a training summary with a 'config' (a mapping)")
+    return config_for_task(record.get("task"), apply_overrides(record["config"], overrides), summary), summary
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from ...classification import score_checkpoint
+    from ...data import default_test_split
+    from ...fileio import writable_file, write_text_atomic
+    from ..tasks import load_task_config
+
+    if args.out:
+        writable_file(args.out, "--out")
+    if args.config is not None:
+        config, source = load_task_config(None, args.config, args.overrides), args.config
+    else:
+        config, source = run_config(args.checkpoint, list(args.overrides))
+    split = args.split or default_test_split(config.data.name)
+    logger.info("evaluating %s on split %r of %s (config: %s)", args.checkpoint, split, config.data.name, source)
+    results = {"config": str(source), **score_checkpoint(config, args.checkpoint, split)}
+    text = json.dumps(results, indent=2)
+    if args.out:
+        write_text_atomic(args.out, text)
+    print(text)
+    return 0

@@ -1,0 +1,44 @@
+"""The tasks the applications run, and reading a config for one of them.
+
+Importing this module imports the features, so that each registers its task with the engine
+(:func:`rightreasons.engine.register_task`): ``train`` (:mod:`rightreasons.classification`), ``guide``
+(:mod:`rightreasons.guidance`) and ``distill`` (:mod:`rightreasons.distill`). A new feature adds its package here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import classification, distill, guidance  # noqa: F401  (each registers its task)
+from ..config import apply_overrides, from_dict, read_config
+from ..engine import TrainConfig, get_task, task_for_keys
+from ..errors import ConfigError
+
+__all__ = ["config_for_task", "load_task_config"]
+
+
+def config_for_task(name: str | None, data: dict[str, Any], source: str | Path) -> TrainConfig:
+    """The config of task ``name`` (``None``: the task the config's sections describe,
+    :func:`~rightreasons.engine.task_for_keys`) from the raw ``data`` read from ``source``. A config with sections
+    of another task (``guidance`` given to ``train``) is refused with the command that runs it."""
+    task = task_for_keys(data) if name is None else get_task(name)
+    fields = set(task.config_class.__dataclass_fields__)
+    if not set(data) <= fields:
+        other = task_for_keys(data)
+        if set(data) <= set(other.config_class.__dataclass_fields__):
+            extra = ", ".join(sorted(set(data) - fields))
+            raise ConfigError(f"{source}: a config of `rightreasons {other.name}` (it has the section(s) {extra}), "
+                              f"not of `rightreasons {task.name}`; run it with `rightreasons {other.name}`")
+    try:
+        return from_dict(task.config_class, data)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def load_task_config(name: str | None, path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    """The config of task ``name`` from YAML file ``path`` (``None``: the defaults) with ``key=value`` ``overrides``
+    (:func:`config_for_task`)."""
+    if path is None:
+        return config_for_task(name, apply_overrides({}, overrides or []), "the command line")
+    return config_for_task(name, read_config(path, overrides), path)

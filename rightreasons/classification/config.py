@@ -1,0 +1,123 @@
+"""The config of ``rightreasons train``: the engine's run config plus the model, the classification loss, the B ramp
+of B-cosified models and the localisation metrics of validation. Guidance (:mod:`rightreasons.guidance.config`) and
+distillation (:mod:`rightreasons.distill.config`) extend it. A minimal config::
+
+    output_dir: runs/voc-baseline
+    model: {name: bcos_resnet50, pretrained: true}
+    data: {name: voc2007, root: data/VOCdevkit/VOC2007, image_size: 224, batch_size: 64}
+    optim: {name: adam, lr: 1.0e-4, epochs: 50}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import expect
+from ..engine import config as engine
+from ..explain.methods import MapMethodName, get_method
+from ..models import checked_arguments
+from .loss import ClassificationLossName
+
+__all__ = ["ClassificationConfig", "EvalConfig", "LossConfig", "ModelConfig", "OptimConfig"]
+
+
+@dataclass
+class ModelConfig:
+    """Which model to train: a registry name plus weights to start from.
+
+    * ``pretrained: true`` — the published ImageNet weights of ``name`` (:mod:`rightreasons.models.pretrained`; the
+      classifier is replaced to fit the data's classes): how the shipped baselines start.
+    * ``checkpoint`` — a weights file (any layout :func:`rightreasons.models.weights.load_weights` reads, e.g. our
+      ``model.safetensors``) or the directory of a finished run, which stands for its ``model.safetensors``
+      (``checkpoint: runs/voc2007/baseline``): how the shipped guided runs start from their baseline.
+    * ``kwargs`` — constructor arguments of the architecture, e.g. ``{inplanes: 16}`` for a ResNet of width 16;
+      never ``num_classes``, which comes from the data (for a student, from its teacher). Checked against the
+      constructor when the config is read (:func:`rightreasons.models.checked_arguments`).
+    * ``sync_bn`` — on several processes, take the BatchNorm statistics of a training step over the global batch
+      (synchronised BatchNorm, :func:`rightreasons.convert_sync_batchnorm`), so that N processes train exactly as one
+      process with the same global batch; one all-reduce per norm layer, forward and backward. On by default;
+      ``false`` normalises each process's part of the batch with its own statistics (what torchvision's reference
+      scripts do without ``--sync-bn``): cheaper, but with small per-process batches a different training. No effect
+      on one process, on norms with per-sample statistics (LayerNorm, GroupNorm, PositionNorm) or in evaluation.
+    """
+
+    name: str = "bcos_resnet18"
+    pretrained: bool = False
+    checkpoint: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    sync_bn: bool = True
+
+    def __post_init__(self) -> None:
+        expect(bool(self.name.strip()), "name", self.name, "a registered model name")
+        expect(self.checkpoint is None or bool(self.checkpoint.strip()), "checkpoint", self.checkpoint,
+               "a file path, a run directory or null")
+        expect("num_classes" not in self.kwargs, "kwargs", self.kwargs,
+               "constructor arguments without num_classes (the number of classes comes from the data, or for a "
+               "student from its teacher)")
+        self.kwargs = checked_arguments(self.name, self.kwargs)
+
+
+@dataclass
+class LossConfig:
+    """Classification loss: ``auto`` = BCE for B-cos models and multi-label data, CE otherwise
+    (:mod:`rightreasons.classification.loss`)."""
+
+    classification: ClassificationLossName = "auto"
+    uniform_off_labels: bool = False
+
+
+@dataclass
+class OptimConfig(engine.OptimConfig):
+    """The engine's optimiser section plus the B ramp of B-cosified models.
+
+    ``b_ramp_epochs`` (B-cosified models only, :mod:`rightreasons.models.bcosify`): raise the exponent B of every
+    B-cos unit linearly from 1 to the B the model was built with (``model.kwargs.b``, default 2) over this many epochs
+    of optimiser steps, then keep it (the B-cosification release's ``linear_b`` ablation); 0 = that B from the start,
+    the recipe. Training and every validation use the B of the current step; the exported model records it.
+    """
+
+    b_ramp_epochs: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        expect(self.b_ramp_epochs >= 0, "b_ramp_epochs", self.b_ramp_epochs,
+               "a number of epochs >= 0 (0 = B fixed from the start)")
+
+
+@dataclass
+class EvalConfig(engine.EvalConfig):
+    """The engine's validation section plus localisation: which attribution scores EPG/IoU (``method`` at ``layer``;
+    unset = the task's choice, :meth:`ClassificationConfig.localization`), the IoU threshold, whether to score
+    localisation at all, and how many explanation images of validation images to draw after each validation (B-cos
+    models only)."""
+
+    method: MapMethodName | None = None
+    layer: str | None = None
+    iou_threshold: float = 0.5
+    num_images: int = 4
+    localization: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        expect(self.layer is None or bool(self.layer.strip()), "layer", self.layer, "a layer name or null")
+        expect(0 <= self.iou_threshold <= 1, "iou_threshold", self.iou_threshold, "a threshold in [0, 1]")
+        expect(self.num_images >= 0, "num_images", self.num_images, "an integer >= 0")
+
+
+@dataclass
+class ClassificationConfig(engine.TrainConfig):
+    """A classifier's training run (``rightreasons train``)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def localization(self, bcos: bool) -> tuple[str | None, str]:
+        """Attribution method and layer that score EPG/IoU: ``eval.method``/``eval.layer`` when set, else B-cos
+        contributions (B-cos models) or GradCAM, at the method's default layer. The method is ``None`` when
+        ``eval.localization`` is off."""
+        method = self.eval.method or ("bcos" if bcos else "gradcam")
+        layer = self.eval.layer or get_method(method).default_layer
+        return (method if self.eval.localization else None), layer

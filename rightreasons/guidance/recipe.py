@@ -1,0 +1,131 @@
+"""How a guided fine-tuning trains: :class:`GuidedRun`, the classifier's training recipe
+(:class:`~rightreasons.classification.TrainingRun`) plus the ``guidance`` section, which starts from ``checkpoint``
+(e.g. the baseline's model file), as the thesis fine-tunes pretrained models; and the recipe of the guidance study
+and the demo on ``synthetic-birds``: :class:`GuidanceRecipe` builds the baseline of a :class:`DataVariant` and its
+fine-tunings with each :class:`GuidedVariant`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..classification.config import EvalConfig
+from ..classification.recipe import TrainingRun
+from ..config import construct, expect
+from .config import GuidanceConfig, GuideConfig
+
+__all__ = ["DATASET", "DataVariant", "GuidanceRecipe", "GuidedRun", "GuidedVariant", "SELECTABLE"]
+
+DATASET = "synthetic-birds"
+"""The benchmark of the guidance study and the demo (:mod:`rightreasons.data.synthetic`)."""
+SELECTABLE = ("score", "accuracy", "worst_group_accuracy")
+"""The validation metrics a recipe can select checkpoints by (validation during a study scores classification only)."""
+
+
+@dataclass
+class GuidedRun(TrainingRun):
+    """A :class:`~rightreasons.classification.TrainingRun` with the localisation term ``guidance``."""
+
+    guidance: GuidanceConfig = field(default_factory=GuidanceConfig)
+
+    def config(self) -> GuideConfig:
+        """The full guidance config this recipe stands for."""
+        return construct(lambda: GuideConfig(**self.sections(), guidance=self.guidance))
+
+
+@dataclass(frozen=True)
+class GuidedVariant:
+    """One guided fine-tuning: localisation ``loss`` with weight λ = ``weight`` on boxes dilated by ``dilation``;
+    ``annotated_fraction`` (when set) overrides the share of training images with boxes (the demo's few-boxes
+    variant; a study takes its fractions from its own axis)."""
+
+    name: str
+    loss: str
+    weight: float
+    dilation: float = 0.0
+    annotated_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        expect(self.annotated_fraction is None or 0 < self.annotated_fraction <= 1, "annotated_fraction",
+               self.annotated_fraction, "a fraction in (0, 1] or null")
+        expect(self.name != "baseline" and bool(self.name.strip()), "name", self.name, "a name other than 'baseline'")
+        expect(self.weight >= 0, "weight", self.weight, "a loss weight >= 0")
+        expect(self.dilation >= 0, "dilation", self.dilation, "a fraction >= 0")
+
+
+@dataclass(frozen=True)
+class DataVariant:
+    """A variant of the benchmark: shortcut ``correlation`` in training, ``difficulty``, ``data_seed`` (which images
+    are drawn), ``image_size``."""
+
+    correlation: float = 1.0
+    difficulty: float = 0.5
+    data_seed: int = 0
+    image_size: int = 64
+
+    @property
+    def label(self) -> str:
+        return f"corr{self.correlation:g}-diff{self.difficulty:g}-data{self.data_seed}-{self.image_size}px"
+
+
+@dataclass
+class GuidanceRecipe:
+    """How one cell trains: the baseline from scratch, then guided fine-tunings of it (B-cos contributions at the
+    input), each selecting its exported checkpoint on validation by ``select``.
+
+    ``train_images`` (when set) fixes the size of the training and validation splits, ``test_images`` the test split's.
+    """
+
+    model: str = "bcos_resnet18"
+    model_kwargs: dict[str, Any] = field(default_factory=lambda: {"inplanes": 16})
+    batch_size: int = 64
+    crop_scale: list[float] = field(default_factory=lambda: [0.5, 1.0])
+    baseline_epochs: int = 10
+    baseline_lr: float = 1e-3
+    guided_epochs: int = 4
+    guided_lr: float = 2e-3
+    train_images: int | None = None
+    test_images: int = 1000
+    select: str = "worst_group_accuracy"
+    min_annotated_per_batch: int = 2
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "baseline_epochs", "guided_epochs", "test_images"):
+            expect(getattr(self, key) >= 1, key, getattr(self, key), "an integer >= 1")
+        expect(self.train_images is None or self.train_images >= self.batch_size, "train_images", self.train_images,
+               "null or at least one batch")
+        expect(0 <= self.min_annotated_per_batch < self.batch_size, "min_annotated_per_batch",
+               self.min_annotated_per_batch, "an integer in [0, batch_size)")
+        expect(self.select in SELECTABLE, "select", self.select,
+               f"one of {', '.join(SELECTABLE)} (validation scores classification only)")
+
+    def data_options(self, variant: DataVariant, split: str) -> dict[str, Any]:
+        """``load_dataset`` options of ``split`` (train, val or test) of ``variant``."""
+        count = self.test_images if split == "test" else self.train_images
+        return {"correlation": variant.correlation, "difficulty": variant.difficulty, "seed": variant.data_seed,
+                "size": variant.image_size, **({"n": count} if count else {})}
+
+    def annotated_per_batch(self, fraction: float) -> int:
+        """Annotated images put into every batch at ``fraction`` boxes: ``min_annotated_per_batch`` when a batch
+        would hold fewer on average, else 0 (batches drawn without regard to boxes)."""
+        return self.min_annotated_per_batch if 0 < fraction * self.batch_size < self.min_annotated_per_batch else 0
+
+    def run(self, variant: DataVariant, seed: int, output_dir: Path, guided: GuidedVariant | None = None,
+            fraction: float = 1.0, baseline: Path | None = None) -> TrainingRun:
+        """The baseline (``guided=None``) or the fine-tuning of ``baseline`` with ``guided`` on ``fraction`` boxes."""
+        if guided is not None and baseline is None:
+            raise ValueError(f"guided variant {guided.name!r} needs the baseline's model file to fine-tune")
+        run = TrainingRun(
+            output_dir=str(output_dir), seed=seed, model=self.model, model_kwargs=dict(self.model_kwargs),
+            checkpoint=None if baseline is None else str(baseline), data=DATASET,
+            data_options=self.data_options(variant, "train"), image_size=variant.image_size,
+            batch_size=self.batch_size, crop_scale=list(self.crop_scale),
+            epochs=self.guided_epochs if guided else self.baseline_epochs,
+            lr=self.guided_lr if guided else self.baseline_lr, annotated_fraction=fraction if guided else 1.0,
+            eval=EvalConfig(every_epochs=1, select=self.select, num_images=0, localization=False), export="best")
+        if guided is None:
+            return run
+        return GuidedRun(**vars(run), guidance=construct(
+            GuidanceConfig, method="bcos", layer="input", loss=guided.loss, weight=guided.weight,
+            dilation=guided.dilation, annotated_per_batch=self.annotated_per_batch(fraction), key="guidance"))

@@ -1,0 +1,255 @@
+"""Where does box guidance help? A baseline and guided fine-tunings of it over a grid of data variants, with seeds:
+:class:`GuidanceRecipe` (how one cell trains), :class:`GuidanceStudy` (the grid, loadable from YAML) and
+:func:`run_study` (``rightreasons study guidance``).
+
+The benchmark is ``synthetic-birds`` (:mod:`rightreasons.data.synthetic`). A *data variant* fixes its shortcut
+``correlation``, ``difficulty``, data ``seed`` and image size. Per variant and training seed a baseline is trained;
+per annotated fraction and guided method a fine-tuning of that baseline. Every training validates each epoch on the
+group-balanced validation split and exports the checkpoint with the best ``recipe.select`` metric (worst-group
+accuracy by default); the test split is only scored, never used to choose. With few boxes (``fraction · batch_size <
+min_annotated_per_batch``) the guided runs compose every batch of ``min_annotated_per_batch`` annotated images
+(``guidance.annotated_per_batch``), so that the boxes act at every step.
+
+The trainings run on the grid runner (:func:`~rightreasons.engine.grid.run_grid`) and each is scored once
+(``<run>/test.json`` beside its ``summary.json``), so an interrupted study resumes where it stopped; the tables are mean
+± sample std over the seeds, and the worst-group gain over the baseline is paired by seed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import FieldError, expect
+from ..data import AnnotatedDataset, SyntheticConfig, load_dataset
+from ..engine.grid import GridRun, read_summary, run_grid
+from ..errors import ConfigError, UsageError
+from ..fileio import writable_directory, write_json_atomic, write_text_atomic
+from ..metrics.evaluation import score_model
+from ..models.weights import RUN_MODEL_FILE
+from ..plotting import figure
+from ..reporting import cell, markdown_table, statistic, write_csv
+from .recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant
+
+__all__ = ["GuidanceStudy", "TEST_METRICS", "run_study", "test_metrics"]
+
+logger = logging.getLogger(__name__)
+
+#: what every model is scored on in the test split (fractions in [0, 1])
+TEST_METRICS = ("accuracy", "worst_group_accuracy", "epg", "iou")
+
+
+def test_metrics(model_file: str | Path, dataset: AnnotatedDataset, image_size: int,
+                 device: torch.device | str = "cpu", batch_size: int = 64) -> dict[str, float]:
+    """Accuracy, worst-group and per-group accuracy (``accuracy/<group name>``), and EPG / IoU of B-cos contributions
+    at the input for the ground-truth class, of a model file on ``dataset``
+    (:func:`~rightreasons.metrics.evaluation.score_model` at ``image_size``)."""
+    r = score_model(model_file, dataset, image_size=image_size, method="bcos", layer="input", batch_size=batch_size,
+                    device=device)
+    keys = [*TEST_METRICS, *(f"accuracy/{name}" for name in dataset.group_names)]
+    return {k: float(r[k]) for k in keys}
+
+
+@dataclass
+class GuidanceStudy:
+    """A grid of data variants × annotated fractions × guided methods × seeds (YAML: ``configs/studies/``).
+
+    Every list is an axis; the study trains ``len(variants) × seeds`` baselines and ``len(variants) × seeds ×
+    len(annotated_fraction) × len(methods)`` guided fine-tunings.
+    """
+
+    recipe: GuidanceRecipe = field(default_factory=GuidanceRecipe)
+    seeds: int = 3
+    correlation: list[float] = field(default_factory=lambda: [1.0])
+    difficulty: list[float] = field(default_factory=lambda: [0.5])
+    data_seed: list[int] = field(default_factory=lambda: [0])
+    image_size: list[int] = field(default_factory=lambda: [64])
+    annotated_fraction: list[float] = field(default_factory=lambda: [0.1])
+    methods: list[GuidedVariant] = field(default_factory=lambda: [GuidedVariant("energy", "energy", 5.0),
+                                                                  GuidedVariant("l1", "l1", 5.0)])
+
+    def __post_init__(self) -> None:
+        expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
+        for key in ("correlation", "difficulty", "data_seed", "image_size", "annotated_fraction", "methods"):
+            expect(len(getattr(self, key)) > 0, key, getattr(self, key), "a non-empty list")
+        for key, option in (("correlation", "correlation"), ("difficulty", "difficulty"), ("data_seed", "seed"),
+                            ("image_size", "size")):  # the data axes, by the generator's own rules
+            for value in getattr(self, key):
+                try:
+                    SyntheticConfig(**{option: value})
+                except UsageError as e:
+                    raise FieldError(key, str(e)) from None
+        expect(all(0 < f <= 1 for f in self.annotated_fraction), "annotated_fraction", self.annotated_fraction,
+               "values in (0, 1]")
+        names = [m.name for m in self.methods]
+        expect(len(set(names)) == len(names), "methods", names, "methods with distinct names")
+        expect(all(m.annotated_fraction is None for m in self.methods), "methods", names,
+               "methods without annotated_fraction (the study's fractions are its annotated_fraction axis)")
+        self._check_trainings()
+
+    def _check_trainings(self) -> None:
+        """Build, without running, the training config of every baseline and fine-tuning, so that a value a training
+        would refuse (an unknown model, a loss, a learning rate) is an error before the first training starts."""
+        unused = Path("unused")
+        for variant in self.variants:
+            try:
+                self.recipe.run(variant, 0, unused).config()
+            except ConfigError as e:
+                raise FieldError("recipe", f"the baselines would not train: {e}") from None
+            for i, method in enumerate(self.methods):
+                for fraction in self.annotated_fraction:
+                    try:
+                        self.recipe.run(variant, 0, unused, method, fraction, baseline=unused).config()
+                    except ConfigError as e:
+                        raise FieldError(f"methods[{i}]", f"its fine-tunings would not train: {e}") from None
+
+    @property
+    def variants(self) -> list[DataVariant]:
+        return [DataVariant(c, d, s, size) for c in self.correlation for d in self.difficulty
+                for s in self.data_seed for size in self.image_size]
+
+    @property
+    def trainings(self) -> int:
+        """How many trainings the study runs."""
+        return len(self.variants) * self.seeds * (1 + len(self.annotated_fraction) * len(self.methods))
+
+
+def _runs(study: GuidanceStudy, out: Path) -> list[tuple[GridRun, dict[str, Any]]]:
+    """Every training of ``study`` in training order (each baseline before its fine-tunings), with the fields of
+    its record: data variant, seed, method, box fraction."""
+    runs = []
+    for variant in study.variants:
+        for seed in range(study.seeds):
+            folder = out / variant.label / f"seed-{seed}"
+            baseline = study.recipe.run(variant, seed, folder / "baseline")
+            runs.append((GridRun(f"{variant.label} seed {seed} baseline", baseline.config()),
+                         {**asdict(variant), "seed": seed, "method": "baseline", "fraction": None}))
+            for fraction in study.annotated_fraction:
+                for method in study.methods:
+                    recipe = study.recipe.run(variant, seed, folder / f"{method.name}-boxes{fraction:g}", method,
+                                              fraction, baseline.model_file)
+                    runs.append((GridRun(f"{variant.label} seed {seed} {method.name} boxes {fraction:g}",
+                                         recipe.config()),
+                                 {**asdict(variant), "seed": seed, "method": method.name, "fraction": fraction}))
+    return runs
+
+
+def _scored(run_dir: Path, score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
+    """The test metrics of the finished run in ``run_dir``, read from ``test.json`` or scored and written there,
+    beside ``validation``: the selection metric's validation score of the exported checkpoint (``summary.json``)."""
+    result = run_dir / "test.json"
+    if result.is_file():
+        metrics = json.loads(result.read_text())
+    else:
+        metrics = score(run_dir / RUN_MODEL_FILE)
+        write_json_atomic(result, metrics)
+    return {"validation": read_summary(run_dir)["best"]["score"], **metrics}
+
+
+def run_study(study: GuidanceStudy, out: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Train every cell of ``study`` into ``out`` on the grid runner (:func:`~rightreasons.engine.grid.run_grid`:
+    finished runs are kept, interrupted ones resume), score each on the test split (kept in ``<run>/test.json``)
+    and write ``study.json``, ``study.md``, ``study.csv`` and ``study.png``; returns the results (``rows`` as in the
+    table)."""
+    out, recipe = writable_directory(out), study.recipe
+    runs = _runs(study, out)
+    run_grid([grid_run for grid_run, _ in runs])
+    records: list[dict[str, Any]] = []
+    test_sets: dict[DataVariant, AnnotatedDataset] = {}
+    for k, (grid_run, fields) in enumerate(runs, 1):
+        variant = DataVariant(*(fields[key] for key in asdict(DataVariant())))
+        if variant not in test_sets:
+            test_sets[variant] = load_dataset(DATASET, None, "test", **recipe.data_options(variant, "test"))
+        metrics = _scored(grid_run.output_dir, lambda model_file: test_metrics(
+            model_file, test_sets[variant], variant.image_size, device, recipe.batch_size))
+        records.append({**fields, **metrics})
+        logger.info("[%d/%d] %s: worst group %.3f", k, len(runs), grid_run.name, metrics["worst_group_accuracy"])
+    rows = summarize_study(records)
+    results = {"study": asdict(study), "records": records, "rows": rows}
+    write_json_atomic(out / "study.json", results)
+    fixed = [*asdict(DataVariant()), "seed", "method", "fraction"]
+    write_csv(out / "study.csv", records, [*fixed, *dict.fromkeys(k for r in records for k in r if k not in fixed)])
+    write_text_atomic(out / "study.md", study_markdown(study, rows))
+    plot_study(out / "study.png", study, rows)
+    return results
+
+
+def summarize_study(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (data variant, method, fraction): mean ± std over seeds of the validation score that selected
+    each checkpoint (``validation``) and of :data:`TEST_METRICS`, and of the worst-group gain over the same seed's
+    baseline (``gain``)."""
+    variant_keys = tuple(asdict(DataVariant()))
+    baselines = {(tuple(r[k] for k in variant_keys), r["seed"]): r for r in records if r["method"] == "baseline"}
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in records:
+        cells.setdefault((*(r[k] for k in variant_keys), r["method"], r["fraction"]), []).append(r)
+    rows = []
+    for key, members in cells.items():
+        row: dict[str, Any] = dict(zip((*variant_keys, "method", "fraction"), key))
+        row["seeds"] = len(members)
+        for metric in ("validation", *TEST_METRICS):
+            row[metric] = statistic([m[metric] for m in members])
+        gains = [m["worst_group_accuracy"] - baselines[(key[:len(variant_keys)], m["seed"])]["worst_group_accuracy"]
+                 for m in members]
+        row["gain"] = statistic(gains)
+        rows.append(row)
+    return rows
+
+
+def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
+    """The study's table: per variant, method and fraction, test metrics in % and the worst-group gain in p.p."""
+    r = study.recipe
+    table = [{"correlation": row["correlation"], "difficulty": row["difficulty"], "data seed": row["data_seed"],
+              "size": row["image_size"], "method": row["method"],
+              "boxes": "" if row["fraction"] is None else f"{100 * row['fraction']:g} %",
+              f"val. {r.select}": cell(row["validation"]), "worst group": cell(row["worst_group_accuracy"]),
+              "gain (p.p.)": "" if row["method"] == "baseline" else cell(row["gain"], signed=True),
+              "overall": cell(row["accuracy"]), "EPG": cell(row["epg"]), "IoU": cell(row["iou"])} for row in rows]
+    columns = ["correlation", "difficulty", "data seed", "size", "method", "boxes", f"val. {r.select}",
+               "worst group", "gain (p.p.)", "overall", "EPG", "IoU"]
+    methods = "; ".join(f"{m.name}: {m.loss}, λ = {m.weight:g}" + (f", boxes dilated by {m.dilation:.0%}"
+                                                                   if m.dilation else "") for m in study.methods)
+    return "\n".join([
+        "# Guidance study on synthetic-birds\n",
+        f"{study.trainings} trainings: {len(study.variants)} data variant(s) × {study.seeds} seed(s) × (baseline + "
+        f"{len(study.annotated_fraction)} box fraction(s) × {len(study.methods)} method(s)). Baseline: {r.model} "
+        f"({r.model_kwargs}), {r.baseline_epochs} epochs, lr {r.baseline_lr:g}; guided: fine-tunings of it for "
+        f"{r.guided_epochs} epochs, lr {r.guided_lr:g} ({methods}); with fewer than {r.min_annotated_per_batch} "
+        f"annotated images per batch on average, every batch holds {r.min_annotated_per_batch}. Every training "
+        f"exports its checkpoint with the best validation {r.select} (group-balanced validation split); the test "
+        f"split is only reported. val. {r.select}: the validation score that chose the checkpoint; the other columns: "
+        "test split, %, mean ± std over seeds; gain = worst-group accuracy minus that of the same seed's baseline.\n",
+        markdown_table(table, columns)])
+
+
+def plot_study(path: Path, study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> None:
+    """Worst-group accuracy against the box fraction, one panel per (correlation, difficulty), a line per method
+    (error bars: std over seeds and data seeds pooled by mean), the baseline as a dashed line."""
+    panels = [(c, d) for c in study.correlation for d in study.difficulty]
+    cols = len(study.difficulty)
+    with figure(path, len(study.correlation), cols, title="Worst-group accuracy (test) vs share of boxes",
+                sharey=True) as (_, axes):
+        for k, (c, d) in enumerate(panels):
+            ax = axes[k // cols][k % cols]
+            here = [r for r in rows if r["correlation"] == c and r["difficulty"] == d]
+            base = [r["worst_group_accuracy"]["mean"] for r in here if r["method"] == "baseline"]
+            if base:
+                ax.axhline(100 * statistics.fmean(base), linestyle="--", color="grey", label="baseline")
+            for method in study.methods:
+                points = sorted((r["fraction"], r["worst_group_accuracy"]) for r in here if r["method"] == method.name)
+                ax.errorbar([100 * f for f, _ in points], [100 * s["mean"] for _, s in points],
+                            yerr=[100 * (s["std"] or 0) for _, s in points], marker="o", capsize=3,
+                            label=method.name)
+            ax.set_xscale("log")
+            ax.set_title(f"correlation {c:g}, difficulty {d:g}")
+            ax.set_xlabel("boxes on % of training images")
+            ax.set_ylabel("worst-group accuracy (%)")
+            ax.set_ylim(0, 100)
+        axes[0][0].legend(fontsize="small")

@@ -1,0 +1,100 @@
+"""Building models by name, with weights: :func:`create_model` and :func:`load_model`.
+
+This module joins the registry (:mod:`.registry`: which architectures exist; the package registers the whole zoo
+before this module runs), the released weights (:mod:`.pretrained`) and weight IO
+(:mod:`.weights`). :func:`create_model` records the registry name and constructor arguments on the model
+(``model.model_args``), so that :func:`~rightreasons.models.weights.save_model` can store them and :func:`load_model`
+can rebuild the model from the file alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError, UsageError
+from .capabilities import capabilities
+from .pretrained import download_pretrained, get_pretrained
+from .registry import get_model_spec
+from .weights import (METADATA_KEY, fitted_state, load_weights, read_state_dict, restore_classes,
+                      restore_logit_layers)
+
+__all__ = ["create_model", "load_model"]
+
+
+def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path | None = None,
+                 **kwargs: Any) -> nn.Module:
+    """Build a registered model, optionally with weights.
+
+    Args:
+        name: a name from :func:`~rightreasons.models.registry.list_models`, e.g. ``"bcos_resnet50"``, optionally with a
+            weights tag in timm's ``arch.tag`` convention, e.g. ``"bcos_resnet50.long"`` (the architecture is the part
+            before the dot; the tag picks which published weights ``pretrained=True`` loads).
+        pretrained: load the published weights of this architecture (or tag; see :mod:`rightreasons.models.pretrained`).
+        checkpoint: a local weights file (state dict, release or Lightning checkpoint, or our safetensors file).
+        **kwargs: constructor arguments, e.g. ``num_classes=20``. When ``num_classes`` differs from the weights',
+            the classifier keeps its fresh initialisation and everything else is loaded.
+
+    With released weights whose classifier is kept, ``model.classes`` holds their class names
+    (``PretrainedWeights.meta["categories"]``); a model file of ours restores its logit layers and class names
+    (:mod:`.weights`).
+
+    Raises:
+        UnknownNameError: no architecture of that name (the message suggests close ones).
+        UsageError: constructor arguments the architecture does not accept, or contradicting options.
+        CheckpointError, WeightsUnavailableError: weights that cannot be read, do not fit, or cannot be fetched.
+    """
+    architecture, _, tag = name.partition(".")
+    spec = get_model_spec(architecture)
+    if tag and not pretrained:
+        raise UsageError(f"{name!r} names published weights (tag {tag!r}); pass pretrained=True, or build "
+                         f"{architecture!r} without the tag")
+    if pretrained and checkpoint is not None:
+        raise UsageError("pass either pretrained=True or checkpoint=PATH, not both")
+    spec.check_arguments(kwargs)
+    try:
+        model = spec.build(**kwargs)
+    except ValueError as e:  # a constructor's own validation (e.g. num_classes < 1)
+        raise UsageError(f"{architecture}: {e}") from e
+    model.model_args = {"name": architecture, "kwargs": dict(kwargs)}
+    if pretrained:
+        checkpoint = download_pretrained(name)
+    if checkpoint is not None:
+        load_weights(model, checkpoint, replace_classifier="num_classes" in kwargs)
+    if pretrained:
+        categories = get_pretrained(name).meta["categories"]
+        if capabilities(model).num_classes == len(categories):
+            model.classes = tuple(categories)
+    return model
+
+
+def load_model(path: str | Path) -> nn.Module:
+    """Rebuild a model saved by :func:`~rightreasons.models.weights.save_model` (architecture and arguments come from
+    the file) and load its weights, logit layers and class names (``model.classes``, when the file has them)."""
+    state, metadata = read_state_dict(path)
+    if METADATA_KEY not in metadata:
+        raise CheckpointError(f"{path}: not a rightreasons model file (no {METADATA_KEY!r} metadata); "
+                              "build the model with create_model(name, checkpoint=path) instead")
+    try:
+        args = json.loads(metadata[METADATA_KEY])
+        name, kwargs = args["name"], args["kwargs"]
+        if not isinstance(name, str) or not isinstance(kwargs, dict):
+            raise TypeError("expected a name string and a kwargs mapping")
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: malformed {METADATA_KEY!r} metadata ({type(e).__name__}: {e})") from e
+    try:
+        with torch.device("meta"):  # check that the file's tensors fit before allocating anything it describes
+            fitted = fitted_state(create_model(name, **kwargs), state)
+    except (UsageError, KeyError) as e:
+        raise CheckpointError(f"{path}: the file describes a model that cannot be built: {e}") from e
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: the weights do not fit the model the file describes: {e}") from None
+    model = create_model(name, **kwargs)
+    model.load_state_dict(fitted, strict=False)
+    restore_logit_layers(model, metadata, str(path))
+    restore_classes(model, metadata, str(path))
+    return model

@@ -1,0 +1,165 @@
+"""rightreasons.apps.sweep and ``rightreasons sweep``: the commands of a dry run, running runs through a launcher (skip,
+resume), the Pareto report collected from run folders (front and representative against hand-computed ones), and
+user errors as ``error:`` lines."""
+
+import csv
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from rightreasons.apps import sweep
+from rightreasons.apps.cli import build_parser, main
+from rightreasons.config import load_config
+from rightreasons.guidance import GuideConfig
+from rightreasons.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dry_run_prints_one_valid_command_per_run(capsys):
+    grid = ROOT / "configs" / "guidance" / "grids" / "dilated.yaml"
+    assert main(["sweep", str(grid), "--dry-run", "--launcher", "python"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 18
+    parser = build_parser()
+    seen = set()
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[:3] == ["python", "-m", "rightreasons"]
+        args = parser.parse_args(argv[3:])  # what `rightreasons ...` would parse
+        assert args.command == "guide" and not args.resume
+        config = load_config(GuideConfig, args.config, args.overrides)
+        assert config.guidance.layer == "input"
+        seen.add((config.guidance.loss, config.guidance.dilation, config.guidance.weight))
+    assert len(seen) == 18
+
+
+def test_only_filters_runs_by_name(capsys):
+    grid = ROOT / "configs" / "guidance" / "grids" / "baselines.yaml"
+    assert main(["sweep", str(grid), "--dry-run", "--only", "coco2014/"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and all("output_dir=runs/coco2014/baseline-lr" in line for line in lines)
+
+
+def test_set_overrides_every_run_after_the_grid(capsys):
+    grid = ROOT / "configs" / "guidance" / "grids" / "dilated.yaml"
+    runs = sweep.load_grid(grid, ["data.root=/scratch/voc", "guidance.layer=final", "model.kwargs={inplanes: 8}"])
+    assert len(runs) == 18
+    for run in runs:
+        config = run.config
+        assert config.data.root == "/scratch/voc" and config.model.kwargs == {"inplanes": 8}
+        assert config.guidance.layer == "final"  # --set wins over the grid's fixed overrides
+    assert main(["sweep", str(grid), "--dry-run", "--only", "dilated0.5/l1-w0.01", "--set", "data.root=/d"]) == 0
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.split()[-2:] == ["data.root=/d", "output_dir=runs/voc2007/dilated0.5/l1-w0.01"]
+    with pytest.raises(ConfigError, match="override 'data.root' is not of the form key.path=value"):
+        sweep.load_grid(grid, ["data.root"])
+
+
+def _grid(tmp_path, weights=(0.1, 0.2, 0.3), layers=("input", "final")):
+    base = tmp_path / "base.yaml"
+    base.write_text("model: {name: bcos_resnet18}\ndata: {name: synthetic-birds}\n")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"command: guide\nbase: base.yaml\noutput_root: {tmp_path / 'runs'}\n"
+                    "name: '{guidance.layer}-w{guidance.weight}'\ngroup: '{guidance.layer}'\n"
+                    f"grid:\n  - guidance.layer: {list(layers)}\n    guidance.weight: {list(weights)}\n")
+    return grid
+
+
+FAKE_LAUNCHER = """
+import json, sys
+from pathlib import Path
+assert sys.argv[1:4] == ["-m", "rightreasons", "guide"] and sys.argv[4] == "--config", sys.argv
+out = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("output_dir=")))
+weight = float(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("guidance.weight=")))
+out.mkdir(parents=True, exist_ok=True)
+history = [{"step": 1, "epoch": 1, "score": 1 - weight, "epg": weight, "iou": 0.1}]
+(out / "summary.json").write_text(json.dumps({"history": history, "resumed": "--resume" in sys.argv}))
+"""
+
+
+def test_runs_execute_in_order_skip_finished_and_resume_partial(tmp_path, capsys):
+    grid = _grid(tmp_path, weights=(0.1, 0.2), layers=("input",))
+    launcher = tmp_path / "fake_launcher.py"
+    launcher.write_text(FAKE_LAUNCHER)
+    partial = tmp_path / "runs" / "input-w0.2" / "checkpoints" / "step-000004"
+    partial.mkdir(parents=True)
+    command = ["sweep", str(grid), "--launcher", f"{sys.executable} {launcher}", "--report", str(tmp_path / "report")]
+    assert main(command) == 0
+    err = capsys.readouterr().err  # progress is status: the log on stderr
+    assert err.index("input-w0.1") < err.index("input-w0.2")
+    summaries = {w: json.loads((tmp_path / "runs" / f"input-w{w}" / "summary.json").read_text()) for w in (0.1, 0.2)}
+    assert not summaries[0.1]["resumed"] and summaries[0.2]["resumed"]
+    assert main(command) == 0
+    assert capsys.readouterr().err.count("done, skipped") == 2
+
+
+def test_a_failing_run_is_reported_and_the_others_still_run(tmp_path, capsys):
+    grid = _grid(tmp_path, weights=(0.1, 0.2), layers=("input",))
+    launcher = tmp_path / "fake_launcher.py"
+    launcher.write_text(FAKE_LAUNCHER.replace("weight = float", "assert 'w0.1' not in str(out)\nweight = float"))
+    assert main(["sweep", str(grid), "--launcher", f"{sys.executable} {launcher}",
+                 "--report", str(tmp_path / "report")]) == 1
+    assert "1 run(s) failed: input-w0.1" in capsys.readouterr().err
+    assert (tmp_path / "runs" / "input-w0.2" / "summary.json").is_file()
+
+
+def _summary(folder, history):
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"history": history}))
+
+
+def test_collect_writes_fronts_and_representatives_per_group(tmp_path, capsys):
+    grid = _grid(tmp_path)
+    runs = tmp_path / "runs"
+    # input: three runs, two evaluations each; (score, epg, iou)
+    _summary(runs / "input-w0.1", [{"step": 10, "epoch": 1, "score": 0.90, "epg": 0.40, "iou": 0.10},
+                                   {"step": 20, "epoch": 2, "score": 0.80, "epg": 0.30, "iou": 0.05}])
+    _summary(runs / "input-w0.2", [{"step": 10, "epoch": 1, "score": 0.86, "epg": 0.60, "iou": 0.10},
+                                   {"step": 20, "epoch": 2, "score": 0.84, "epg": 0.70, "iou": 0.20}])
+    _summary(runs / "input-w0.3", [{"step": 10, "epoch": 1, "score": 0.70, "epg": 0.90, "iou": 0.30},
+                                   {"step": 20, "epoch": 2, "score": 0.60, "epg": 0.50, "iou": 0.10}])
+    # final: one run with an evaluation lacking EPG/IoU (ignored); w0.2 and w0.3 never finished
+    _summary(runs / "final-w0.1", [{"step": 10, "epoch": 1, "score": 0.5},
+                                   {"step": 20, "epoch": 2, "score": 0.6, "epg": 0.2, "iou": 0.1}])
+    (runs / "final-w0.1" / "checkpoints" / "step-000020").mkdir(parents=True)
+    report = tmp_path / "report"
+    assert main(["sweep", str(grid), "--collect-only", "--report", str(report)]) == 0
+    rows = list(csv.DictReader((report / "pareto.csv").open()))
+    flags = {(r["run"], int(r["step"])): (r["on_front"] == "True", r["representative"] == "True") for r in rows}
+    # dominated: input-w0.1@20 (by w0.1@10) and input-w0.3@20 (by w0.2@20); the representative is the highest EPG
+    # within 0.05 of the best score 0.90: w0.2@20 (0.84 < 0.85 is out), so w0.2@10 (0.86, EPG 0.60)
+    assert flags == {("input-w0.1", 10): (True, False), ("input-w0.1", 20): (False, False),
+                     ("input-w0.2", 10): (True, True), ("input-w0.2", 20): (True, False),
+                     ("input-w0.3", 10): (True, False), ("input-w0.3", 20): (False, False),
+                     ("final-w0.1", 20): (True, True)}
+    by_id = {(r["run"], int(r["step"])): r for r in rows}
+    assert by_id[("final-w0.1", 20)]["checkpoint"].endswith("final-w0.1/checkpoints/step-000020")
+    assert by_id[("input-w0.2", 10)]["guidance.weight"] == "0.2"
+    text = (report / "pareto.md").read_text()
+    assert "input-w0.2@10" in text and "final-w0.2" in text and "final-w0.3" in text  # the pick; missing runs
+    assert (report / "pareto.png").stat().st_size > 0
+    assert "2 runs without a summary" in capsys.readouterr().out
+
+
+def test_collect_refuses_a_broken_summary(tmp_path):
+    grid = _grid(tmp_path, weights=(0.1,), layers=("input",))
+    folder = tmp_path / "runs" / "input-w0.1"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text("{\"steps\": 3}")
+    with pytest.raises(ConfigError, match="history"):
+        sweep.collect(sweep.load_grid(grid))
+
+
+def test_user_errors_are_one_error_line_with_exit_code_2(tmp_path, capsys):
+    assert main(["sweep", str(tmp_path / "nowhere.yaml"), "--dry-run"]) == 2
+    assert "error: grid file not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("command: guide\nbase: base.yaml\nname: n\ngroup: g\ngrid: []\n")
+    assert main(["sweep", str(bad), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "non-empty list" in err and "Traceback" not in err
+    assert issubclass(sweep.GridError, ConfigError)

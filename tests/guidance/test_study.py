@@ -1,0 +1,164 @@
+"""The guidance study end to end on a tiny grid: every cell trained, chosen on validation, scored on test; the
+tables and the figure written; an interrupted study resumes without retraining what is done; the CLI runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import rightreasons.engine.grid as grid_module
+from rightreasons.apps.cli import main
+from rightreasons.config import from_dict
+from rightreasons.errors import ConfigError
+from rightreasons.guidance.recipe import GuidanceRecipe
+from rightreasons.guidance.study import GuidanceStudy, run_study
+
+TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_epochs": 1, "guided_epochs": 1,
+                   "train_images": 24, "test_images": 16, "min_annotated_per_batch": 2},
+        "seeds": 1, "correlation": [1.0], "difficulty": [0.5], "image_size": [32],
+        "annotated_fraction": [0.125, 1.0], "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}]}
+
+
+def run_tiny_study(out: Path) -> dict:
+    """The tiny study into ``out`` on one thread (results depend on the thread count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run_study(from_dict(GuidanceStudy, TINY), out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("study")
+    return out, run_tiny_study(out)
+
+
+def test_every_cell_is_trained_selected_on_validation_and_scored_on_test(tiny_study):
+    out, results = tiny_study
+    assert [(r["method"], r["fraction"]) for r in results["records"]] == [("baseline", None), ("energy", 0.125),
+                                                                          ("energy", 1.0)]
+    folder = out / "corr1-diff0.5-data0-32px" / "seed-0"
+    for run in ("baseline", "energy-boxes0.125", "energy-boxes1"):
+        summary = json.loads((folder / run / "summary.json").read_text())
+        assert summary["config"]["eval"]["select"] == "worst_group_accuracy"
+        assert summary["config"]["checkpoint"]["export"] == "best"
+        assert summary["config"]["data"]["val_split"] == "val" and summary["best"]["metric"] == "worst_group_accuracy"
+        test = json.loads((folder / run / "test.json").read_text())
+        assert set(test) >= {"accuracy", "worst_group_accuracy", "epg", "iou", "accuracy/G2 landbird/water"}
+        record = next(r for r in results["records"] if run.startswith(r["method"]) and
+                      (r["fraction"] is None or run.endswith(f"{r['fraction']:g}")))
+        assert record["validation"] == summary["best"]["score"]  # what chose the checkpoint, beside what it scored
+    few = json.loads((folder / "energy-boxes0.125" / "summary.json").read_text())["config"]
+    assert few["guidance"]["annotated_per_batch"] == 2  # 12.5 % of a batch of 8 is one image on average
+    assert few["model"]["checkpoint"] == str(folder / "baseline" / "model.safetensors")
+    full = json.loads((folder / "energy-boxes1" / "summary.json").read_text())["config"]
+    assert full["guidance"]["annotated_per_batch"] == 0
+
+
+def test_tables_report_mean_std_and_the_paired_gain(tiny_study):
+    out, results = tiny_study
+    rows = {(r["method"], r["fraction"]): r for r in results["rows"]}
+    baseline = results["records"][0]["worst_group_accuracy"]
+    guided = results["records"][1]["worst_group_accuracy"]
+    assert rows[("energy", 0.125)]["gain"]["mean"] == pytest.approx(guided - baseline)
+    assert rows[("baseline", None)]["worst_group_accuracy"]["std"] is None  # one seed
+    table = (out / "study.md").read_text()
+    assert "| energy | 12.5 % |" in table and "| val. worst_group_accuracy |" in table
+    assert (out / "study.png").stat().st_size > 0
+    assert (out / "study.csv").read_text().splitlines()[0].startswith("correlation,difficulty,data_seed,image_size,"
+                                                                      "seed,method,fraction")
+
+
+def test_an_interrupted_study_resumes_without_retraining(tiny_study, monkeypatch):
+    out, results = tiny_study
+    monkeypatch.setattr(grid_module, "run", lambda config, resume: pytest.fail(f"retrained {config.output_dir}"))
+    (out / "corr1-diff0.5-data0-32px" / "seed-0" / "energy-boxes1" / "test.json").unlink()  # scored again, not trained
+    again = run_study(from_dict(GuidanceStudy, TINY), out)
+    assert again["records"] == results["records"]
+
+
+def test_a_training_killed_before_it_finished_resumes_from_its_checkpoint(tmp_path):
+    """A study stopped inside a training leaves checkpoints but no model file: the next start continues that
+    training (it used to stop with 'already holds checkpoints; pass --resume') and scores the same weights."""
+    results = run_tiny_study(tmp_path / "study")
+    run = tmp_path / "study" / "corr1-diff0.5-data0-32px" / "seed-0" / "energy-boxes0.125"
+    for name in ("summary.json", "model.safetensors", "test.json"):
+        (run / name).unlink()
+    assert any((run / "checkpoints").iterdir())
+    again = run_tiny_study(tmp_path / "study")
+    assert again["records"] == results["records"]
+
+
+def test_the_cli_runs_a_study_file_and_refuses_bad_ones(tmp_path, capsys):
+    grid = tmp_path / "study.yaml"
+    grid.write_text(json.dumps(TINY))
+    assert main(["study", "guidance", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("3 trainings: 1 data variant(s) × 1 seed(s)")  # 1 × 1 × (1 + 2 × 1)
+    grid.write_text(json.dumps({**TINY, "annotated_fraction": [0.0]}))
+    assert main(["study", "guidance", str(grid), "--out", str(tmp_path / "out")]) == 2
+    assert "annotated_fraction" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="min_annotated_per_batch"):
+        from_dict(GuidanceRecipe, {"batch_size": 8, "min_annotated_per_batch": 8})
+
+
+@pytest.mark.parametrize("setting, named", [
+    ("recipe.model=bcos_resnet81", "recipe: the baselines would not train: model.name: unknown model"),
+    ("recipe.model_kwargs.b=nan", "model.kwargs: bcos_resnet18: b: expected a number, got 'nan'"),
+    ("recipe.guided_lr=-1", "methods[0]: its fine-tunings would not train: optim.lr"),
+    ("recipe.crop_scale=[0.9, 0.1]", "data.crop_scale"),
+    ("recipe.select=epg", "recipe.select"),
+    ("methods=[{name: x, loss: lasso, weight: 1}]", "methods[0]: its fine-tunings would not train: guidance.loss"),
+    ("data_seed=[-1]", "data_seed"),
+])
+def test_a_dry_run_refuses_what_would_stop_a_training_later(tmp_path, capsys, setting, named):
+    """A dry run used to accept these; the study then trained its first baseline (or all baselines) before a
+    training refused the value. ``select: epg`` is refused because the study's validation scores classification
+    only."""
+    assert main(["study", "guidance", "configs/studies/guidance.yaml", "--out", str(tmp_path / "out"), "--dry-run",
+                 "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rightreasons study: error: configs/studies/guidance.yaml: ") and named in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_the_cli_reports_progress_through_logging(tiny_study, tmp_path, capsys):
+    """Progress lines go through the ``rightreasons`` loggers, so ``--quiet`` silences them (they used to be printed
+    whatever the verbosity); the finished study is only read back here, not trained."""
+    out, _ = tiny_study
+    grid = tmp_path / "study.yaml"
+    grid.write_text(json.dumps(TINY))
+    assert main(["study", "guidance", str(grid), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "[1/3] corr1-diff0.5-data0-32px seed 0 baseline: worst group" in captured.err
+    assert captured.out.startswith(f"wrote {out / 'study.md'} (3 runs scored)")
+    assert main(["--quiet", "study", "guidance", str(grid), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith("wrote ")
+
+
+STUDIES = sorted((Path(__file__).resolve().parents[2] / "configs" / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])
+def test_shipped_study_files_are_valid(path, tmp_path, capsys):
+    assert main(["study", "guidance", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert "trainings:" in capsys.readouterr().out and not (tmp_path / "out").exists()
+
+
+def test_the_demo_trains_as_the_study_that_chose_its_weights():
+    """The demo's λ were chosen on validation by ``configs/studies/demo_selection.yaml``: its recipe and data must
+    stay the demo's, and every demo weight must be one of the candidates it compared."""
+    from rightreasons.config import load_config
+    from rightreasons.apps.demo.settings import DemoSettings
+
+    study = load_config(GuidanceStudy, [p for p in STUDIES if p.stem == "demo_selection"][0])
+    demo = DemoSettings.full()
+    assert study.recipe == demo.recipe and study.variants == [demo.data]
+    candidates = {(m.loss, m.weight) for m in study.methods}
+    assert {(v.loss, v.weight) for v in demo.variants} <= candidates
+    assert {v.annotated_fraction or demo.annotated_fraction for v in demo.variants} <= set(study.annotated_fraction)
