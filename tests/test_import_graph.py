@@ -190,17 +190,18 @@ def test_the_layer_kit_imports_nothing_above_it():
         assert outside <= {"rightreasons.choices", "rightreasons.encoding", "rightreasons.errors"}, (module, outside)
 
 
-#: the machinery of the zoo, above the model files: building, weights, facts about a model, timm
-MACHINERY = {f"rightreasons.models.{name}" for name in ("factory", "weights", "pretrained", "capabilities",
-                                                       "timm_bridge")}
+#: the machinery of the zoo, above the model files: building, weight files, facts about a model, timm
+MACHINERY = {f"rightreasons.models.{name}" for name in ("factory", "weights", "capabilities", "timm_bridge")}
+#: what a model file registers itself with: its names and its released weights
+REGISTRATION = {"rightreasons.models.registry", "rightreasons.models.pretrained"}
 
 
 def test_model_files_use_the_registry_only_to_register():
-    families = [m for m in GRAPH if _part(m) == "models" and m not in MACHINERY | {"rightreasons.models",
-                                                                                  "rightreasons.models.registry"}]
+    families = [m for m in GRAPH if _part(m) == "models" and m not in MACHINERY | REGISTRATION | {"rightreasons.models"}]
     assert "rightreasons.models.resnet" in families and "rightreasons.models.bcosify.convert" in families
     for module in families:
         assert not GRAPH[module] & MACHINERY, module
+    assert GRAPH["rightreasons.models.pretrained"] & MACHINERY <= {"rightreasons.models.weights"}
 
 
 def test_importing_the_package_leaves_timm_alone():

@@ -21,7 +21,10 @@ from ..engine.optim import OptimizerName
 from ..models.weights import RUN_MODEL_FILE
 from .config import ClassificationConfig, EvalConfig, LossConfig, ModelConfig, OptimConfig
 
-__all__ = ["TrainingRun", "run_training"]
+__all__ = ["RECIPE_CROP_SCALE", "TrainingRun", "run_training"]
+
+RECIPE_CROP_SCALE = (0.5, 1.0)
+"""The random resized crop of the recipe: at 64 px a crop below half the image often loses the object."""
 
 
 @dataclass
@@ -53,7 +56,7 @@ class TrainingRun:
     data_options: dict[str, Any] = field(default_factory=dict)
     image_size: int = 64
     batch_size: int = 64
-    crop_scale: list[float] = field(default_factory=lambda: [0.5, 1.0])
+    crop_scale: list[float] = field(default_factory=lambda: list(RECIPE_CROP_SCALE))
     epochs: int = 10
     lr: float = 1e-3
     optimizer: OptimizerName = "adam"

@@ -20,7 +20,8 @@ from ..classification.config import EvalConfig, ModelConfig, OptimConfig
 from ..config import construct
 from ..engine import run
 from ..engine.grid import GridRun, read_summary, run_grid
-from ..engine.config import CheckpointConfig, DataConfig
+from ..classification.recipe import TrainingRun
+from ..engine.config import CROP_SCALE, CheckpointConfig, DataConfig
 from ..models.weights import RUN_MODEL_FILE
 from .config import DistillConfig, DistillSection, EvalDataConfig, TeacherConfig
 from .teacher import write_teacher_cache
@@ -63,13 +64,13 @@ class DistillationRun:
     data: str = "synthetic-birds"
     data_root: str | None = None
     data_options: dict[str, Any] = field(default_factory=dict)
-    image_size: int = 64
-    batch_size: int = 32
-    crop_scale: list[float] = field(default_factory=lambda: [0.25, 1.0])
-    epochs: int = 10
+    image_size: int = TrainingRun.image_size
+    batch_size: int = DataConfig.batch_size
+    crop_scale: list[float] = field(default_factory=lambda: list(CROP_SCALE))
+    epochs: int = TrainingRun.epochs
     max_steps: int | None = None
-    lr: float = 1e-3
-    temperature: float = 1.0
+    lr: float = TrainingRun.lr
+    temperature: float = DistillSection.temperature
     explanation_weight: float = 5.0
     seed: int = 0
     cache_dir: str | None = None

@@ -14,11 +14,14 @@ from typing import Any, Literal
 from ..config import expect
 from .optim import OptimizerName, ScheduleName
 
-__all__ = ["CheckpointConfig", "DataConfig", "EvalConfig", "OptimConfig", "RESERVED_DATA_OPTIONS", "TrainConfig"]
+__all__ = ["CROP_SCALE", "CheckpointConfig", "DataConfig", "EvalConfig", "OptimConfig", "RESERVED_DATA_OPTIONS",
+           "TrainConfig"]
 
 RESERVED_DATA_OPTIONS: dict[str, str] = {"transform": "data.image_size, data.augment and data.crop_scale",
                                          "annotated_fraction": "data.annotated_fraction", "annotation_seed": "seed"}
 """``load_dataset`` options that training sets itself from other keys, so ``data.options`` may not hold them."""
+CROP_SCALE = (0.25, 1.0)
+"""The area fractions of the random resized crop of training images, unless a config or recipe says otherwise."""
 
 
 @dataclass
@@ -36,7 +39,7 @@ class DataConfig:
     num_workers: int = 0
     annotated_fraction: float = 1.0
     augment: bool = True
-    crop_scale: list[float] = field(default_factory=lambda: [0.25, 1.0])
+    crop_scale: list[float] = field(default_factory=lambda: list(CROP_SCALE))
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

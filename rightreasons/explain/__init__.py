@@ -10,11 +10,11 @@
 Guidance, e²KD and the localisation metrics all call :func:`attribute`; none has its own explanation code.
 """
 
-from .attribution import Attribution, attribute, explain, resolve_target
+from .attribution import INTGRAD_STEPS, Attribution, attribute, explain, resolve_target
 from .layers import GUIDANCE_LAYERS, capture_outputs, resolve_layer
 from .methods import MAP_METHOD_NAMES, METHOD_NAMES, METHODS, Method, get_method, layer_for
 from .visualize import class_name, prediction_caption, save_explanation, to_rgba
 
-__all__ = ["Attribution", "GUIDANCE_LAYERS", "MAP_METHOD_NAMES", "METHODS", "METHOD_NAMES", "Method", "attribute",
-           "capture_outputs", "class_name", "explain", "get_method", "layer_for", "prediction_caption",
+__all__ = ["INTGRAD_STEPS", "Attribution", "GUIDANCE_LAYERS", "MAP_METHOD_NAMES", "METHODS", "METHOD_NAMES", "Method",
+           "attribute", "capture_outputs", "class_name", "explain", "get_method", "layer_for", "prediction_caption",
            "resolve_layer", "resolve_target", "save_explanation", "to_rgba"]

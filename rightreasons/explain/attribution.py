@@ -37,7 +37,11 @@ from ..models.capabilities import capabilities, unwrap_model
 from .layers import capture_outputs, resolve_layer
 from .methods import Method, get_method
 
-__all__ = ["Attribution", "attribute", "explain", "resolve_target", "upsample"]
+__all__ = ["Attribution", "INTGRAD_STEPS", "attribute", "explain", "resolve_target", "upsample"]
+
+INTGRAD_STEPS = 50
+"""The Riemann steps of ``intgrad`` on models that are not X-DNNs, wherever they are not given (explanations,
+evaluation, guidance): each step is one more forward and backward pass."""
 
 
 @dataclass
@@ -111,7 +115,7 @@ def _check(model: nn.Module, method: Method, layer: str, steps: int) -> bool:
 
 
 def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: str = "bcos", layer: str = "input",
-              *, create_graph: bool = False, steps: int = 50) -> Attribution:
+              *, create_graph: bool = False, steps: int = INTGRAD_STEPS) -> Attribution:
     """Explain ``model``'s logits for ``target`` on ``x [N, C, H, W]`` at ``layer`` with ``method``.
 
     Args:

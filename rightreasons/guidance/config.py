@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..classification.config import ClassificationConfig
 from ..config import expect
+from ..explain.attribution import INTGRAD_STEPS
 from ..explain.methods import MapMethodName
 from .losses import GuidanceReduction, LossName
 from .objective import ExplainChoice
@@ -31,7 +32,9 @@ class GuidanceConfig:
     :mod:`rightreasons.guidance.objective`); ``batch`` always explains the whole batch. ``annotated_per_batch``: put
     exactly this many annotated images into every training batch (cycling through the annotated set; an epoch stays
     ``n // batch_size`` batches, see :class:`~rightreasons.engine.data.EpochSampler`), so that guidance from few boxes
-    (1 %) acts at every step; 0 draws batches without regard to boxes.
+    (1 %) acts at every step; 0 draws batches without regard to boxes. ``intgrad_steps``: the Riemann steps of
+    ``intgrad`` on a model that is not an X-DNN (default: every explanation's,
+    :data:`~rightreasons.explain.attribution.INTGRAD_STEPS`).
     """
 
     method: MapMethodName = "bcos"
@@ -40,7 +43,7 @@ class GuidanceConfig:
     weight: float = 1e-3
     dilation: float = 0.0
     reduction: GuidanceReduction = "mean_annotated"
-    intgrad_steps: int = 20
+    intgrad_steps: int = INTGRAD_STEPS
     explain: ExplainChoice = "annotated"
     annotated_per_batch: int = 0
 

@@ -40,7 +40,7 @@ from ..bcos.norms import shared_batch_statistics, training_batch_norms, unsharea
 from ..bcos.sync import synchronised_batch_norms
 from ..boxes import class_masks, dilate_boxes
 from ..errors import DataError, UsageError
-from ..explain import MAP_METHOD_NAMES, attribute, get_method
+from ..explain import INTGRAD_STEPS, MAP_METHOD_NAMES, attribute, get_method
 from ..models.capabilities import unwrap_model
 from .losses import REDUCTIONS, LossFn, get_loss
 
@@ -109,7 +109,7 @@ class GuidanceObjective:
     loss: str = "energy"
     dilation: float = 0.0
     reduction: str = "mean_annotated"
-    steps: int = 50
+    steps: int = INTGRAD_STEPS
     explain: str = "annotated"
 
     def __post_init__(self) -> None:

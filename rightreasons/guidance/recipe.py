@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..classification.config import EvalConfig
-from ..classification.recipe import TrainingRun
+from ..classification.recipe import RECIPE_CROP_SCALE, TrainingRun
 from ..config import construct, expect
 from .config import GuidanceConfig, GuideConfig
 
@@ -62,7 +62,7 @@ class DataVariant:
     correlation: float = 1.0
     difficulty: float = 0.5
     data_seed: int = 0
-    image_size: int = 64
+    image_size: int = TrainingRun.image_size
 
     @property
     def label(self) -> str:
@@ -77,12 +77,12 @@ class GuidanceRecipe:
     ``train_images`` (when set) fixes the size of the training and validation splits, ``test_images`` the test split's.
     """
 
-    model: str = "bcos_resnet18"
+    model: str = TrainingRun.model
     model_kwargs: dict[str, Any] = field(default_factory=lambda: {"inplanes": 16})
-    batch_size: int = 64
-    crop_scale: list[float] = field(default_factory=lambda: [0.5, 1.0])
-    baseline_epochs: int = 10
-    baseline_lr: float = 1e-3
+    batch_size: int = TrainingRun.batch_size
+    crop_scale: list[float] = field(default_factory=lambda: list(RECIPE_CROP_SCALE))
+    baseline_epochs: int = TrainingRun.epochs
+    baseline_lr: float = TrainingRun.lr
     guided_epochs: int = 4
     guided_lr: float = 2e-3
     train_images: int | None = None

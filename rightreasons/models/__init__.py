@@ -2,15 +2,15 @@
 
 As in timm, the machinery lives beside the model files:
 
-* :mod:`.registry` — the name → architecture table (imports nothing of ours but the error classes); every model file
-  registers its names there at its end, and importing this package imports every model file, so the whole zoo is
-  registered;
+* :mod:`.registry` — the name → architecture table (no model code); every model file registers its names there at
+  its end, and its released weights in :mod:`.pretrained`; importing this package imports every model file, so the
+  whole zoo and its weights are registered;
 * :mod:`.capabilities` — :func:`capabilities` (B-cos or standard, X-DNN, affine, input encoding, guidance stages,
   classes), the one place every other module asks;
 * :mod:`.weights` — reading any release or checkpoint layout strictly, writing our safetensors model files (with
   their logit layers and class names), and finding the model file of a finished run;
-* :mod:`.pretrained` — the B-cos v2 release table, its download, and what each weights entry carries
-  (``transforms()``, ``meta``), as torchvision's weights do;
+* :mod:`.pretrained` — the released weights (each model file registers its family's), their download, and what each
+  weights entry carries (``transforms()``, ``meta``), as torchvision's weights do;
 * :mod:`.factory` — :func:`create_model` and :func:`load_model`;
 * :mod:`.timm_bridge` — :func:`register_timm_models`, our models in ``timm.create_model``;
 * :mod:`.bcosify` — B-cosification: standard models converted into B-cos models, and the schedules that fine-tune them.

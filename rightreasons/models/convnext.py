@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
 from ..bcos.norms import NormFactory, get_norm_layer
+from .pretrained import register_pretrained
 from .registry import register_model
 from .base import BcosCNN, check_drop_probability
 
@@ -136,3 +137,13 @@ for _size, (_depths, _dims, _drop) in CONVNEXT_SIZES.items():
                    norm_layer="pn", stochastic_depth_prob=_drop)
     register_model(f"bcos_convnext_{_size}_bnu", partial(BcosConvNeXt, _depths, _dims), family="convnext",
                    bcos=True, norm_layer="bnu", stochastic_depth_prob=_drop)
+
+# released weights (B-cos v2): weights name, hub entry point, experiment, file, ImageNet top-1
+register_pretrained("bcos_convnext_tiny", "convnext_tiny", "bcos_final_long/convnext_tiny_pn",
+                    "convnext_tiny_pn-539b1bfb37.pth", 77.488)
+register_pretrained("bcos_convnext_base", "convnext_base", "bcos_final_long/convnext_base_pn",
+                    "convnext_base_pn-b0495852c6.pth", 79.650)
+register_pretrained("bcos_convnext_tiny_bnu", "convnext_tiny_bnu", "bcos_final_long/convnext_tiny_bnu",
+                    "convnext_tiny_bnu-dbd7f5ef9d.pth", 76.826)
+register_pretrained("bcos_convnext_base_bnu", "convnext_base_bnu", "bcos_final_long/convnext_base_bnu",
+                    "convnext_base_bnu-7c32a704b3.pth", 80.142)

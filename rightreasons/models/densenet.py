@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..bcos.norms import NormFactory, get_norm_layer
+from .pretrained import register_pretrained
 from .registry import register_model
 from .base import BcosCNN
 
@@ -163,3 +164,11 @@ for _depth, _growth in ((52, 12), (100, 12), (190, 40), (250, 24)):
     register_model(f"bcos_cifar10_densenet{_depth}", BcosDenseNet, family="densenet", bcos=True, growth_rate=_growth,
                    block_config=cifar_block_config(_depth), num_init_features=2 * _growth, num_classes=10,
                    small_inputs=True)
+
+# released weights (B-cos v2): weights name, hub entry point, experiment, file, ImageNet top-1
+register_pretrained("bcos_densenet121", "densenet121", "bcos_final/densenet_121", "densenet_121-b8daf96afb.pth", 73.612)
+register_pretrained("bcos_densenet161", "densenet161", "bcos_final/densenet_161", "densenet_161-9e9ea51353.pth", 76.622)
+register_pretrained("bcos_densenet169", "densenet169", "bcos_final/densenet_169", "densenet_169-7037ee0604.pth", 75.186)
+register_pretrained("bcos_densenet201", "densenet201", "bcos_final/densenet_201", "densenet_201-00ac87066f.pth", 75.480)
+register_pretrained("bcos_densenet121.long", "densenet121_long", "bcos_final_long/densenet_121",
+                    "densenet_121_long-5175461597.pth", 77.302)

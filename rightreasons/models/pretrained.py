@@ -1,11 +1,12 @@
 """The published weights of the B-cos v2 release and how to fetch them.
 
-:data:`PRETRAINED` maps a *weights name* to its release entry. The weights name is the registry name of the
-architecture for the default weights (``"bcos_resnet50"``) and ``<registry name>.<tag>`` for further weights of the same
-architecture, in timm's ``arch.tag`` convention (``"bcos_resnet50.long"``: the 600-epoch recipe). So
+:data:`PRETRAINED` maps a *weights name* to its release entry; each model file registers the weights of its family
+(:func:`register_pretrained`), as timm's model files carry their pretrained configs. The weights name is the registry
+name of the architecture for the default weights (``"bcos_resnet50"``) and ``<registry name>.<tag>`` for further weights
+of the same architecture, in timm's ``arch.tag`` convention (``"bcos_resnet50.long"``: the 600-epoch recipe). So
 ``create_model("bcos_resnet50", pretrained=True)`` loads the default weights and
-``create_model("bcos_resnet50.long", pretrained=True)`` (or ``timm.create_model("bcos_resnet50.long",
-pretrained=True)``) the long-recipe ones.
+``create_model("bcos_resnet50.long", pretrained=True)`` (or ``timm.create_model("bcos_resnet50.long", pretrained=True)``)
+the long-recipe ones.
 
 Each entry is also what torchvision's weights enums are: :meth:`PretrainedWeights.transforms` is the release's
 evaluation preprocessing (PIL image or uint8/float tensor → the encoded input the model takes) and
@@ -41,7 +42,7 @@ from ..fileio import file_digest, writable_directory
 from .weights import RELEASE_LOGIT_BIAS
 
 __all__ = ["PRETRAINED", "PretrainedWeights", "download_pretrained", "get_pretrained", "imagenet_categories",
-           "pretrained_table"]
+           "pretrained_table", "register_pretrained"]
 
 RELEASE_URL = "https://github.com/B-cos/B-cos-v2/releases/download/v0.0.1-weights"
 CONNECT_TIMEOUT_S = 3.0
@@ -119,57 +120,22 @@ class PretrainedWeights:
         return match.group(1)
 
 
-def _entries() -> dict[str, PretrainedWeights]:
-    rows = [  # weights name, hub name, experiment, file name, top-1
-        ("bcos_resnet18", "resnet18", "bcos_final/resnet_18", "resnet_18-68b4160fff.pth", 68.736),
-        ("bcos_resnet34", "resnet34", "bcos_final/resnet_34", "resnet_34-a63425a03e.pth", 72.284),
-        ("bcos_resnet50", "resnet50", "bcos_final/resnet_50", "resnet_50-ead259efe4.pth", 75.882),
-        ("bcos_resnet101", "resnet101", "bcos_final/resnet_101", "resnet_101-84c3658278.pth", 76.532),
-        ("bcos_resnet152", "resnet152", "bcos_final/resnet_152", "resnet_152-42051a77c1.pth", 76.484),
-        ("bcos_resnext50_32x4d", "resnext50_32x4d", "bcos_final/resnext_50_32x4d", "resnext_50_32x4d-57af241ab9.pth",
-         75.820),
-        ("bcos_densenet121", "densenet121", "bcos_final/densenet_121", "densenet_121-b8daf96afb.pth", 73.612),
-        ("bcos_densenet161", "densenet161", "bcos_final/densenet_161", "densenet_161-9e9ea51353.pth", 76.622),
-        ("bcos_densenet169", "densenet169", "bcos_final/densenet_169", "densenet_169-7037ee0604.pth", 75.186),
-        ("bcos_densenet201", "densenet201", "bcos_final/densenet_201", "densenet_201-00ac87066f.pth", 75.480),
-        ("bcos_vgg11_bnu", "vgg11_bnu", "bcos_final/vgg_11_bnu", "vgg_11_bnu-34036029f0.pth", 69.310),
-        ("bcos_convnext_tiny", "convnext_tiny", "bcos_final_long/convnext_tiny_pn", "convnext_tiny_pn-539b1bfb37.pth",
-         77.488),
-        ("bcos_convnext_base", "convnext_base", "bcos_final_long/convnext_base_pn", "convnext_base_pn-b0495852c6.pth",
-         79.650),
-        ("bcos_convnext_tiny_bnu", "convnext_tiny_bnu", "bcos_final_long/convnext_tiny_bnu",
-         "convnext_tiny_bnu-dbd7f5ef9d.pth", 76.826),
-        ("bcos_convnext_base_bnu", "convnext_base_bnu", "bcos_final_long/convnext_base_bnu",
-         "convnext_base_bnu-7c32a704b3.pth", 80.142),
-        ("bcos_densenet121.long", "densenet121_long", "bcos_final_long/densenet_121",
-         "densenet_121_long-5175461597.pth", 77.302),
-        ("bcos_resnet50.long", "resnet50_long", "bcos_final_long/resnet_50", "resnet_50_long-ef38a88533.pth", 79.468),
-        ("bcos_resnet152.long", "resnet152_long", "bcos_final_long/resnet_152", "resnet_152_long-0b4b434939.pth",
-         80.144),
-    ]
-    vits = [  # (size, B-cos hash, B-cos top-1, standard hash, standard top-1) for simple ViTs and conv-stem ViTs
-        ("simple_vit_{}_patch16_224", [("ti", "4b0824b1c1", 59.960, "2ae8c65a39", 70.230),
-                                       ("s", "75e99d1f73", 69.246, "f2934fcdcf", 74.470),
-                                       ("b", "1fc4750806", 74.408, "87074200ed", 75.300),
-                                       ("l", "9613b2ad0a", 75.060, "62dc536e03", 75.710)]),
-        ("vitc_{}_patch1_14", [("ti", "ddd6193a77", 67.260, "a5d6bded37", 72.590),
-                               ("s", "cf55c88f0c", 74.504, "34ecd7288e", 75.756),
-                               ("b", "a13c46397b", 77.152, "4d374b0220", 76.790),
-                               ("l", "8739e18b8d", 77.782, "560e48f246", 77.866)]),
-    ]
-    for pattern, sizes in vits:
-        for size, bcos_hash, bcos_top1, std_hash, std_top1 in sizes:
-            arch = pattern.format(size)
-            rows.append((f"bcos_{arch}", arch, f"vit_final/bcos_{arch}", f"bcos_{arch}-{bcos_hash}.pth", bcos_top1))
-            rows.append((arch, f"standard_{arch}", f"vit_final/{arch}", f"standard_{arch}-{std_hash}.pth", std_top1))
-    return {key: PretrainedWeights(key.split(".")[0], hub, exp, file, top1,
-                                   eval_resize=232 if exp.startswith("bcos_final_long/") else 256,
-                                   encoding="bcos" if key.startswith("bcos_") else "normalize")
-            for key, hub, exp, file, top1 in rows}
+PRETRAINED: dict[str, PretrainedWeights] = {}
+"""Weights name → release entry (see the module docstring for the naming); each model file registers the weights of
+its family (:func:`register_pretrained`), so the table is complete once :mod:`rightreasons.models` is imported."""
 
 
-PRETRAINED: dict[str, PretrainedWeights] = _entries()
-"""Weights name → release entry; see the module docstring for the naming."""
+def register_pretrained(name: str, hub_name: str, experiment: str, file_name: str, top1: float) -> PretrainedWeights:
+    """Register the released weights ``name`` (``<registry name>[.<tag>]``) of the model file that calls it: the
+    release's hub entry point, experiment, file and ImageNet top-1. Experiments of the ``bcos_final_long`` recipe
+    evaluate at resize 232, the others at 256; ``bcos_*`` models read the B-cos encoding, the others ImageNet's."""
+    if name in PRETRAINED:
+        raise ValueError(f"released weights {name!r} are already registered")
+    weights = PretrainedWeights(name.split(".")[0], hub_name, experiment, file_name, top1,
+                                eval_resize=232 if experiment.startswith("bcos_final_long/") else 256,
+                                encoding="bcos" if name.startswith("bcos_") else "normalize")
+    PRETRAINED[name] = weights
+    return weights
 
 
 def get_pretrained(name: str) -> PretrainedWeights:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
 from ..bcos.norms import NormFactory, get_norm_layer
+from .pretrained import register_pretrained
 from .registry import register_model
 from .base import BcosCNN, check_drop_probability
 
@@ -174,3 +175,16 @@ for _name, (_block, _layers, _extra) in _RESNETS.items():
 for _depth in (20, 32, 44, 56, 110):
     register_model(f"bcos_cifar10_resnet{_depth}", partial(BcosResNet, BasicBlock, [(_depth - 2) // 6] * 3),
                    family="resnet", bcos=True, num_classes=10, inplanes=16, small_inputs=True)
+
+# released weights (B-cos v2): weights name, hub entry point, experiment, file, ImageNet top-1
+register_pretrained("bcos_resnet18", "resnet18", "bcos_final/resnet_18", "resnet_18-68b4160fff.pth", 68.736)
+register_pretrained("bcos_resnet34", "resnet34", "bcos_final/resnet_34", "resnet_34-a63425a03e.pth", 72.284)
+register_pretrained("bcos_resnet50", "resnet50", "bcos_final/resnet_50", "resnet_50-ead259efe4.pth", 75.882)
+register_pretrained("bcos_resnet101", "resnet101", "bcos_final/resnet_101", "resnet_101-84c3658278.pth", 76.532)
+register_pretrained("bcos_resnet152", "resnet152", "bcos_final/resnet_152", "resnet_152-42051a77c1.pth", 76.484)
+register_pretrained("bcos_resnext50_32x4d", "resnext50_32x4d", "bcos_final/resnext_50_32x4d",
+                    "resnext_50_32x4d-57af241ab9.pth", 75.820)
+register_pretrained("bcos_resnet50.long", "resnet50_long", "bcos_final_long/resnet_50", "resnet_50_long-ef38a88533.pth",
+                    79.468)
+register_pretrained("bcos_resnet152.long", "resnet152_long", "bcos_final_long/resnet_152",
+                    "resnet_152_long-0b4b434939.pth", 80.144)

@@ -23,6 +23,7 @@ from typing import Sequence
 from torch import Tensor, nn
 
 from ..bcos.norms import NormFactory, get_norm_layer
+from .pretrained import register_pretrained
 from .registry import register_model
 from .base import BcosCNN
 
@@ -101,3 +102,6 @@ class BcosVGG(BcosCNN):
 for _name, _cfg in VGG_CONFIGS.items():
     register_model(f"bcos_{_name}", partial(BcosVGG, _cfg), family="vgg", bcos=True, norm_layer="none")
     register_model(f"bcos_{_name}_bnu", partial(BcosVGG, _cfg), family="vgg", bcos=True, norm_layer="bnu")
+
+# released weights (B-cos v2): weights name, hub entry point, experiment, file, ImageNet top-1
+register_pretrained("bcos_vgg11_bnu", "vgg11_bnu", "bcos_final/vgg_11_bnu", "vgg_11_bnu-34036029f0.pth", 69.310)

@@ -38,6 +38,7 @@ from ..bcos.attention import AttentionMixing, merge_heads, split_heads
 from ..bcos.layers import BcosConv2d, BcosLinear, LogitLayer, default_logit_bias
 from ..bcos.norms import NORM_LAYERS, LayerNorm, NoBias
 from ..encoding import check_input_channels
+from .pretrained import register_pretrained
 from .registry import register_model
 
 __all__ = ["Attention", "BcosSimpleViT", "EncoderBlock", "FeedForward", "MeanPooledHead", "PatchEmbedding",
@@ -345,3 +346,21 @@ class BcosSimpleViT(SimpleViT):
 
 for _name, _args in RELEASE_VITS.items():  # the standard twins are registered in rightreasons.models.standard
     register_model(f"bcos_{_name}", BcosSimpleViT, family="vit", bcos=True, **_args)
+
+# released weights (B-cos v2) of the B-cos ViTs and of their standard twins (rightreasons.models.standard):
+# size → (B-cos file hash, B-cos ImageNet top-1, standard file hash, standard top-1)
+_RELEASED = {"simple_vit_{}_patch16_224": {"ti": ("4b0824b1c1", 59.960, "2ae8c65a39", 70.230),
+                                           "s": ("75e99d1f73", 69.246, "f2934fcdcf", 74.470),
+                                           "b": ("1fc4750806", 74.408, "87074200ed", 75.300),
+                                           "l": ("9613b2ad0a", 75.060, "62dc536e03", 75.710)},
+             "vitc_{}_patch1_14": {"ti": ("ddd6193a77", 67.260, "a5d6bded37", 72.590),
+                                   "s": ("cf55c88f0c", 74.504, "34ecd7288e", 75.756),
+                                   "b": ("a13c46397b", 77.152, "4d374b0220", 76.790),
+                                   "l": ("8739e18b8d", 77.782, "560e48f246", 77.866)}}
+for _pattern, _sizes in _RELEASED.items():
+    for _size, (_bcos_hash, _bcos_top1, _standard_hash, _standard_top1) in _sizes.items():
+        _arch = _pattern.format(_size)
+        register_pretrained(f"bcos_{_arch}", _arch, f"vit_final/bcos_{_arch}", f"bcos_{_arch}-{_bcos_hash}.pth",
+                            _bcos_top1)
+        register_pretrained(_arch, f"standard_{_arch}", f"vit_final/{_arch}", f"standard_{_arch}-{_standard_hash}.pth",
+                            _standard_top1)

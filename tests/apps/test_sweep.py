@@ -163,3 +163,16 @@ def test_user_errors_are_one_error_line_with_exit_code_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error:" in err and "non-empty list" in err and "Traceback" not in err
     assert issubclass(sweep.GridError, ConfigError)
+
+
+def test_quiet_silences_the_sweep_progress(tmp_path, capsys):
+    """Progress is status (logging), so ``--quiet`` leaves only the command's result on stdout and nothing on stderr."""
+    grid = _grid(tmp_path, weights=(0.1,), layers=("input",))
+    launcher = tmp_path / "fake_launcher.py"
+    launcher.write_text(FAKE_LAUNCHER)
+    command = ["sweep", str(grid), "--launcher", f"{sys.executable} {launcher}", "--report", str(tmp_path / "report")]
+    assert main(["--quiet", *command]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith("report: ")
+    assert main(command) == 0
+    assert "[1/1] input-w0.1: done, skipped" in capsys.readouterr().err

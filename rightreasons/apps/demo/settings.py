@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ...config import expect
-from ...distill import MODES
+from ...classification import TrainingRun
+from ...distill import MODES, DistillationRun
 from ...guidance.recipe import DataVariant, GuidanceRecipe, GuidedVariant
 
 __all__ = ["DemoSettings", "DistillationSettings", "GuidedVariant"]
@@ -34,9 +35,9 @@ class DistillationSettings:
     student: str = "bcos_resnet18"
     student_kwargs: dict[str, Any] = field(default_factory=lambda: {"inplanes": 8})
     epochs: int = 4
-    lr: float = 1e-3
-    temperature: float = 1.0
-    explanation_weight: float = 5.0
+    lr: float = TrainingRun.lr
+    temperature: float = DistillationRun.temperature
+    explanation_weight: float = DistillationRun.explanation_weight
     modes: tuple[Mode, ...] = MODES
     val_images: int = 128
 
