@@ -26,8 +26,7 @@ import yaml
 from .errors import ConfigError
 
 __all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "construct", "convert_arguments", "diff_configs", "excerpt",
-           "expect",
-           "from_dict", "load_config", "read_config", "read_yaml", "to_dict"]
+           "expect", "from_dict", "load_config", "read_config", "read_yaml", "to_dict"]
 
 T = TypeVar("T")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")

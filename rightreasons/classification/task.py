@@ -72,20 +72,19 @@ class ClassificationTask(Task):
             return ("score",)
         return ("score", "epg", "iou")
 
-    def build_classifier(self, num_classes: int) -> nn.Module:
-        """``config.model`` with ``num_classes`` outputs, from the weights ``model.checkpoint`` names (a file or a run
-        directory); sets the classification loss it trains with."""
-        m = self.config.model
-        self.model = create_model(m.name, pretrained=m.pretrained, checkpoint=model_file(m.checkpoint),
-                                  num_classes=num_classes, **m.kwargs)
-        return self.model
+    def output_classes(self, train_set: Any) -> int:
+        """How many classes the model predicts: those of the training set."""
+        return train_set.num_classes
 
     def build_model(self, train_set: Any) -> nn.Module:
-        """The model, with as many classes as the training set."""
-        model = self.build_classifier(train_set.num_classes)
-        self.loss_kind = resolve_classification_loss(self.config.loss.classification, capabilities(model).bcos,
+        """``config.model`` with :meth:`output_classes` outputs, from the weights ``model.checkpoint`` names (a file or
+        a run directory); resolves the classification loss it trains with."""
+        m = self.config.model
+        self.model = create_model(m.name, pretrained=m.pretrained, checkpoint=model_file(m.checkpoint),
+                                  num_classes=self.output_classes(train_set), **m.kwargs)
+        self.loss_kind = resolve_classification_loss(self.config.loss.classification, capabilities(self.model).bcos,
                                                      is_multilabel(train_set))
-        return model
+        return self.model
 
     def distribute(self, model: nn.Module, processes: int) -> nn.Module:
         """Synchronised BatchNorm over the processes (``model.sync_bn``, the default)."""

@@ -19,17 +19,18 @@ from .explanations import EXPLANATION_CHOICES, TeacherOutputs, freeze, resolve_e
 from .fidelity import FidelityEvaluator
 from .losses import attention_map, attention_transfer_loss, explanation_loss, kd_loss, multilabel_kd_loss
 from .objective import DistillObjective, DistillOutput
-from .recipe import MODE_LABELS, MODES, DistillationRun, run_distillation, train_distillation
+from .recipe import MODE_LABELS, MODES, DistillationRun, distill_in_process, run_distillation
 from .shift import shift_similarity
 from .subsets import ShotSubset, few_shot_indices
 from .task import DistillationTask
 from .teacher import cache_setting, load_teacher, write_teacher_cache
 
 __all__ = [
-    "EXPLANATION_CHOICES", "MODES", "MODE_LABELS", "CacheCorruptError", "CacheMismatchError", "DistillConfig",
-    "DistillObjective", "DistillOutput", "DistillSection", "DistillationRun", "DistillationTask", "EvalDataConfig",
-    "ExplanationCache", "FidelityEvaluator", "ShotSubset", "TeacherConfig", "TeacherOutputs", "attention_map",
-    "attention_transfer_loss", "cache_setting", "explanation_loss", "few_shot_indices", "freeze", "kd_loss",
-    "load_teacher", "multilabel_kd_loss", "resolve_explanation", "run_distillation", "shift_similarity",
-    "teacher_outputs", "train_distillation", "weights_fingerprint", "write_cache", "write_teacher_cache",
+    "CacheCorruptError", "CacheMismatchError", "DistillConfig", "DistillObjective", "DistillOutput",
+    "DistillSection", "DistillationRun", "DistillationTask", "EXPLANATION_CHOICES", "EvalDataConfig",
+    "ExplanationCache", "FidelityEvaluator", "MODES", "MODE_LABELS", "ShotSubset", "TeacherConfig",
+    "TeacherOutputs", "attention_map", "attention_transfer_loss", "cache_setting", "distill_in_process",
+    "explanation_loss", "few_shot_indices", "freeze", "kd_loss", "load_teacher", "multilabel_kd_loss",
+    "resolve_explanation", "run_distillation", "shift_similarity", "teacher_outputs", "weights_fingerprint",
+    "write_cache", "write_teacher_cache",
 ]

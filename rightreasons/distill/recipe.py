@@ -18,15 +18,14 @@ from typing import Any, Literal
 
 from ..classification.config import EvalConfig, ModelConfig, OptimConfig
 from ..config import construct
-from ..engine import run
-from ..engine.grid import GridRun, read_summary, run_grid
+from ..engine.grid import GridRun, in_process, read_summary, run_grid
 from ..classification.recipe import TrainingRun
 from ..engine.config import CROP_SCALE, CheckpointConfig, DataConfig
 from ..models.weights import RUN_MODEL_FILE
 from .config import DistillConfig, DistillSection, EvalDataConfig, TeacherConfig
 from .teacher import write_teacher_cache
 
-__all__ = ["MODES", "MODE_LABELS", "DistillationRun", "run_distillation", "train_distillation"]
+__all__ = ["MODES", "MODE_LABELS", "DistillationRun", "distill_in_process", "run_distillation"]
 
 MODES = ("kd", "e2kd", "e2kd_frozen")
 """The three ways of distilling: logits only, logits and live explanations, logits and cached explanations."""
@@ -87,6 +86,11 @@ class DistillationRun:
             return None
         return Path(self.cache_dir) if self.cache_dir is not None else Path(self.output_dir).parent / "teacher-cache"
 
+    @property
+    def model_file(self) -> Path:
+        """Where the trained student is written."""
+        return Path(self.output_dir) / RUN_MODEL_FILE
+
     def config(self) -> DistillConfig:
         """The full distillation config this recipe stands for."""
         return construct(lambda: DistillConfig(
@@ -114,19 +118,20 @@ def run_distillation(recipe: DistillationRun) -> dict[str, Any]:
     ``ood_accuracy``, ``ood_agreement``, ``id_accuracy``, ``id_agreement``, ``explanation_similarity``,
     ``teacher_accuracy`` and ``epg``/``iou`` of the student's explanations."""
     config = recipe.config()
-    run_grid([GridRun(str(recipe.output_dir), config)],
-             lambda grid_run, resume: bool(train_distillation(grid_run.config, resume)))
+    run_grid([GridRun(str(recipe.output_dir), config)], distill_in_process)
     summary = read_summary(config.output_dir)
-    return {"mode": recipe.mode, "seed": recipe.seed, "model_file": str(Path(recipe.output_dir) / RUN_MODEL_FILE),
+    return {"mode": recipe.mode, "seed": recipe.seed, "model_file": str(recipe.model_file),
             "cache_dir": None if recipe.cache is None else str(recipe.cache), "steps": summary["steps"],
             "seconds": summary["seconds"], "val": summary["history"][-1] if summary["history"] else {},
             "test": summary.get("test", {})}
 
 
-def train_distillation(config: DistillConfig, resume: bool | str = False) -> dict[str, Any]:
-    """Distil as ``config`` says: first the teacher cache a frozen run reads (``distill.frozen``; written once and
-    reused when complete, :func:`~rightreasons.distill.teacher.write_teacher_cache`), then the training
-    (:func:`~rightreasons.engine.run`). Returns the run's summary."""
-    if config.distill.frozen is not None:
-        write_teacher_cache(config, config.distill.frozen)
-    return run(config, resume)
+def distill_in_process(grid_run: GridRun, resume: bool) -> bool:
+    """Train a distillation of the grid runner (:func:`~rightreasons.engine.grid.run_grid`) in this process: first the
+    teacher cache a frozen run reads (``distill.frozen``; written once and reused when complete,
+    :func:`~rightreasons.distill.teacher.write_teacher_cache`), then the training (as
+    :func:`~rightreasons.engine.grid.in_process` does); an error propagates."""
+    config = grid_run.config
+    if config.distill.frozen is not None:  # type: ignore[attr-defined]
+        write_teacher_cache(config, config.distill.frozen)  # type: ignore[attr-defined, arg-type]
+    return in_process(grid_run, resume)

@@ -24,7 +24,7 @@ from typing import Any
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
-from ..classification import ClassificationTask, resolve_classification_loss
+from ..classification import ClassificationTask
 from ..data import AttachExplanations, SanitizeBoxes, base_view, load_dataset, train_transform
 from ..encoding import encode, reencode
 from ..engine import Step, Trainer, register_task
@@ -75,11 +75,13 @@ class DistillationTask(ClassificationTask):
         self.objectives = self.validation_objectives(val_set)
         return train_set, val_set
 
+    def output_classes(self, train_set: Any) -> int:
+        """The student predicts the teacher's classes."""
+        return teacher_classes(self.teacher)
+
     def build_model(self, train_set: Any) -> nn.Module:
-        """The student, with the teacher's classes; resolves which explanation the pair compares."""
-        student = self.build_classifier(teacher_classes(self.teacher))
-        self.loss_kind = resolve_classification_loss(self.config.loss.classification, capabilities(student).bcos,
-                                                     is_multilabel(train_set))
+        """The student (:meth:`ClassificationTask.build_model`); resolves which explanation the pair compares."""
+        student = super().build_model(train_set)
         settings = self.config.distill
         self.method = resolve_explanation(settings.explanation, self.teacher_caps.bcos, capabilities(student).bcos)
         if settings.frozen is not None:

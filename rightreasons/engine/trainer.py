@@ -1,7 +1,7 @@
 """The training engine on Hugging Face accelerate: :class:`Trainer` runs any :class:`~rightreasons.engine.task.Task`.
 
 The trainer knows accelerate, the loop, checkpoints, logging and when to evaluate; a task (classification in
-:mod:`rightreasons.classification.loss`, box guidance in :mod:`rightreasons.guidance`, distillation in
+:mod:`rightreasons.classification`, box guidance in :mod:`rightreasons.guidance`, distillation in
 :mod:`rightreasons.distill`) owns its data, model, objective — the loss terms and their weights — its evaluators and
 its hooks. The trainer calls the task at fixed points, in this order, and at no other time:
 

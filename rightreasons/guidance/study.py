@@ -38,7 +38,7 @@ from ..plotting import figure
 from ..reporting import cell, markdown_table, statistic, write_csv
 from .recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant
 
-__all__ = ["GuidanceStudy", "TEST_METRICS", "run_study", "test_metrics"]
+__all__ = ["GuidanceStudy", "TEST_METRICS", "run_study", "score_on_test"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 TEST_METRICS = ("accuracy", "worst_group_accuracy", "epg", "iou")
 
 
-def test_metrics(model_file: str | Path, dataset: AnnotatedDataset, image_size: int,
+def score_on_test(model_file: str | Path, dataset: AnnotatedDataset, image_size: int,
                  device: torch.device | str = "cpu", batch_size: int = 64) -> dict[str, float]:
     """Accuracy, worst-group and per-group accuracy (``accuracy/<group name>``), and EPG / IoU of B-cos contributions
     at the input for the ground-truth class, of a model file on ``dataset``
@@ -167,7 +167,7 @@ def run_study(study: GuidanceStudy, out: str | Path, device: torch.device | str 
         variant = DataVariant(*(fields[key] for key in asdict(DataVariant())))
         if variant not in test_sets:
             test_sets[variant] = load_dataset(DATASET, None, "test", **recipe.data_options(variant, "test"))
-        metrics = _scored(grid_run.output_dir, lambda model_file: test_metrics(
+        metrics = _scored(grid_run.output_dir, lambda model_file: score_on_test(
             model_file, test_sets[variant], variant.image_size, device, recipe.batch_size))
         records.append({**fields, **metrics})
         logger.info("[%d/%d] %s: worst group %.3f", k, len(runs), grid_run.name, metrics["worst_group_accuracy"])

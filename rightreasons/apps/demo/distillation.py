@@ -20,13 +20,12 @@ from typing import Any
 from torch import nn
 
 from ...data import GROUP_NAMES
-from ...distill import MODE_LABELS, DistillationRun, EvalDataConfig, FidelityEvaluator, train_distillation
+from ...distill import MODE_LABELS, DistillationRun, EvalDataConfig, FidelityEvaluator, distill_in_process
 from ...engine.grid import GridRun, run_grid
 from ...models import load_model
-from ...models.weights import RUN_MODEL_FILE
 from ...reporting import cell, markdown_table, summarize
 from .figures import draw_explanations
-from .guidance import GROUP_KEYS, test_metrics
+from .guidance import GROUP_KEYS, score_on_test
 from .pipeline import DATASET, DemoContext
 
 __all__ = ["DISTILL_METRICS", "distill_and_evaluate", "distillation_checks", "evaluate_student"]
@@ -44,7 +43,7 @@ def evaluate_student(model_file: Path, teacher: nn.Module, ctx: DemoContext) -> 
     """Test-split metrics of a student against its ``teacher`` (on ``ctx.device``), in one pass of the scorer:
     :data:`DISTILL_METRICS`, fractions; similarity in [-1, 1]."""
     fidelity = FidelityEvaluator(teacher, method="bcos_weights", layer="input", group_names=list(GROUP_NAMES))
-    r = test_metrics(model_file, ctx, extra=[fidelity])
+    r = score_on_test(model_file, ctx, extra=[fidelity])
     r.update({f"agreement/{key}": r[f"agreement/{name}"] for key, name in zip(GROUP_KEYS, GROUP_NAMES)})
     return {k: float(r[k]) for k in DISTILL_METRICS}
 
@@ -107,13 +106,12 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
             test_split=None, cpu=ctx.device.type == "cpu", localization=False, eval_data=validation)
             for mode in d.modes}
         trained = run_grid([GridRun(f"seed {seed} {mode}", recipe.config()) for mode, recipe in recipes.items()],
-                           lambda grid_run, resume: bool(train_distillation(grid_run.config, resume)))
+                           distill_in_process)
         metrics: dict[str, dict[str, float]] = {}
         for mode, recipe in recipes.items():
             began = time.time()
-            model_file = Path(recipe.output_dir) / RUN_MODEL_FILE
-            ctx.models[mode].append(model_file)
-            metrics[mode] = evaluate_student(model_file, teacher_model, ctx)
+            ctx.models[mode].append(recipe.model_file)
+            metrics[mode] = evaluate_student(recipe.model_file, teacher_model, ctx)
             seconds[mode].append(round(trained[f"seed {seed} {mode}"].seconds + time.time() - began, 1))
             logger.info("seed %d %s: accuracy %.3f, OOD agreement %.3f (%.0f s)", seed, mode,
                         metrics[mode]["accuracy"], metrics[mode]["ood_agreement"], seconds[mode][-1])

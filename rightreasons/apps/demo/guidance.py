@@ -25,7 +25,7 @@ from ...reporting import cell, markdown_table, summarize
 from .pipeline import DemoContext
 from .settings import DemoSettings, GuidedVariant
 
-__all__ = ["METRICS", "benchmark_checks", "evaluate_model", "test_metrics", "train_and_evaluate", "training_run"]
+__all__ = ["METRICS", "benchmark_checks", "evaluate_model", "score_on_test", "train_and_evaluate", "training_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def training_run(settings: DemoSettings, seed: int, output_dir: Path, variant: G
     return settings.recipe.run(settings.data, seed, Path(output_dir), variant, fraction, baseline)
 
 
-def test_metrics(model_file: Path, ctx: DemoContext, extra: Sequence[Evaluator] = ()) -> dict[str, Any]:
+def score_on_test(model_file: Path, ctx: DemoContext, extra: Sequence[Evaluator] = ()) -> dict[str, Any]:
     """Every metric of a trained model on the test split, from one pass of the scorer
     (:func:`~rightreasons.metrics.evaluation.score_model`): classification, EPG/IoU of B-cos contributions at the input
     for the ground-truth class against the (undilated) box, and the ``extra`` evaluators' metrics."""
@@ -54,7 +54,7 @@ def test_metrics(model_file: Path, ctx: DemoContext, extra: Sequence[Evaluator] 
 
 def evaluate_model(model_file: Path, ctx: DemoContext) -> dict[str, float]:
     """Test-split metrics of a trained model: :data:`METRICS` (fractions in [0, 1])."""
-    r = test_metrics(model_file, ctx)
+    r = score_on_test(model_file, ctx)
     r.update({key: r[f"accuracy/{name}"] for key, name in zip(GROUP_KEYS, GROUP_NAMES)})
     return {k: float(r[k]) for k in METRICS}
 
