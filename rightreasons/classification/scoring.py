@@ -1,31 +1,51 @@
-"""Scoring a trained classifier's model file on a split of the data its config names (``rightreasons evaluate``)."""
+"""Scoring a trained classifier on a split of the data its config names (``rightreasons evaluate``, the sweep's
+report)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from ..data import load_dataset
+from ..data import AnnotatedDataset, load_dataset
+from ..engine.artifacts import RunArtifact, locate_artifact
 from ..metrics.evaluation import score_model
-from ..models import capabilities, load_model
+from ..models import capabilities, create_model, load_model
+from ..models.weights import LogitBiasWarning
 from .config import ClassificationConfig
 
-__all__ = ["score_checkpoint"]
+__all__ = ["score_checkpoint", "trained_model"]
+
+
+def trained_model(config: ClassificationConfig, artifact: RunArtifact, dataset: AnnotatedDataset) -> nn.Module:
+    """The model of ``artifact``: rebuilt from its model file, or — for a checkpoint, whose weights file does not
+    record the architecture — ``config.model`` with ``dataset``'s classes, loaded with the checkpoint's weights."""
+    if artifact.architecture_in_file:
+        return load_model(artifact.weights)
+    m = config.model
+    with warnings.catch_warnings():  # built with the arguments it was trained with: its logit bias is the trained one
+        warnings.simplefilter("ignore", LogitBiasWarning)
+        model = create_model(m.name, checkpoint=str(artifact.weights), num_classes=dataset.num_classes, **m.kwargs)
+    model.classes = dataset.classes
+    return model
 
 
 def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split: str,
                      device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Every metric of a model file written by training (``model.safetensors``) on ``split`` of the config's dataset.
+    """Every metric of a trained model on ``split`` of the config's dataset.
 
-    The model is rebuilt from the file (:func:`rightreasons.load_model`); data, resolution and the localisation
-    method (:meth:`~rightreasons.classification.config.ClassificationConfig.localization`) come from ``config``; the
-    scoring is :func:`rightreasons.metrics.evaluation.score_model`.
+    ``checkpoint`` is any artefact of a run (:func:`~rightreasons.engine.artifacts.locate_artifact`): its directory,
+    its model file or one of its checkpoint directories. Data, resolution and the localisation method
+    (:meth:`~rightreasons.classification.config.ClassificationConfig.localization`) come from ``config``; the scoring
+    is :func:`rightreasons.metrics.evaluation.score_model`.
     """
-    model = load_model(checkpoint)
+    artifact = locate_artifact(checkpoint, "--checkpoint")
     data = config.data
     dataset = load_dataset(data.name, data.root, split, **data.options)
+    model = trained_model(config, artifact, dataset)
     method, layer = config.localization(capabilities(model).bcos)
     results = score_model(model, dataset, image_size=data.image_size, method=method, layer=layer,
                           iou_threshold=config.eval.iou_threshold, batch_size=data.eval_batch_size, device=device)

@@ -45,7 +45,7 @@ from ..errors import CheckpointError, TrainingError
 from ..faults import boundary
 from ..fileio import file_defect, file_record, fsync_path, read_json_object, write_json_atomic
 
-__all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE"]
+__all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE", "checkpoint_defect"]
 
 STATE_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
@@ -56,7 +56,7 @@ def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
-def _defect(directory: Path) -> str | None:
+def checkpoint_defect(directory: Path) -> str | None:
     """Why ``directory`` is not a complete, intact checkpoint, or ``None`` when its files match its manifest."""
     path = directory / MANIFEST
     if not path.is_file():
@@ -112,7 +112,7 @@ class CheckpointManager:
         """Promote complete ``.tmp-`` checkpoints whose final name is free; remove other leftovers of a crash."""
         for leftover in sorted(self.root.glob(".tmp-*")):
             final = self.root / leftover.name.removeprefix(".tmp-")
-            if _NAME.match(final.name) and not final.exists() and _defect(leftover) is None:
+            if _NAME.match(final.name) and not final.exists() and checkpoint_defect(leftover) is None:
                 os.replace(leftover, final)
                 fsync_path(self.root)
             else:
@@ -148,7 +148,7 @@ class CheckpointManager:
             if self.root.is_dir() else []
         defects = []
         for path in candidates:
-            defect = _defect(path)
+            defect = checkpoint_defect(path)
             if defect is None:
                 if defects:
                     warnings.warn(f"resuming from {path.name}, the newest intact checkpoint; skipped "
@@ -232,7 +232,7 @@ class CheckpointManager:
         """Verify checkpoint ``path`` against its manifest, restore model/optimizer/scheduler/RNG state from it and
         return its JSON trainer state."""
         path = Path(path)
-        defect = _defect(path)
+        defect = checkpoint_defect(path)
         if defect is not None:
             raise CheckpointError(f"{path}: {defect}")
         state = self.read_state(path)

@@ -4,9 +4,10 @@
 directory) plus ``key.path=value`` overrides (validated: unknown keys are errors). Under ``accelerate launch`` or
 ``torchrun`` every process runs the same command and training uses all of them.
 
-``evaluate`` scores a model file written by ``train``/``guide``. Without ``--config`` it reads the run's config from
-the ``summary.json`` beside the model file (a finished run writes both) and refuses when there is none; ``--split``
-defaults to the dataset's test split, or ``val`` where there is none (COCO 2014).
+``evaluate`` scores what ``train``/``guide`` wrote: the run directory, its model file or one of its checkpoint
+directories. Without ``--config`` it reads the run's config from the run (``summary.json``, or a checkpoint's trainer
+state) and refuses a bare model file; ``--split`` defaults to the dataset's test split, or ``val`` where there is none
+(COCO 2014).
 
     rightreasons train --config configs/guidance/voc2007_baseline.yaml
     rightreasons guide --config configs/guidance/voc2007.yaml guidance.weight=5e-3 --resume
@@ -21,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import ConfigError, UsageError
+from ...errors import UsageError
 from .arguments import add_resume, resume_and_overrides
 
 if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when they run, so that --help starts at once
@@ -49,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.set_defaults(func=run_train)
     p = subparsers.add_parser("evaluate", help="evaluate a trained model on a split and write all metrics as JSON")
     _add_common(p, config_required=False)
-    p.add_argument("--checkpoint", type=Path, required=True, help="a model.safetensors written by train/guide")
+    p.add_argument("--checkpoint", type=Path, required=True,
+                   help="what train/guide wrote: the run directory, its model.safetensors or a checkpoint directory "
+                        "(RUN/checkpoints/step-N)")
     p.add_argument("--split", default=None,
                    help="dataset split to evaluate (default: test, or val for datasets without one, e.g. COCO)")
     p.add_argument("--out", type=Path, help="write the metrics here as JSON (default: print only)")
@@ -71,20 +74,19 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, Path]:
-    """The config of the run that wrote ``checkpoint``, from the ``summary.json`` beside it (with ``overrides``),
-    and that file; :class:`UsageError` when there is none."""
+    """The config of the run that wrote ``checkpoint`` (a run directory, its model file or a checkpoint directory:
+    :func:`~rightreasons.engine.artifacts.locate_artifact`) with ``overrides``, and the file it was read from;
+    :class:`UsageError` for a model file without its run's summary."""
     from ...config import apply_overrides
-    from ...fileio import read_json_object
+    from ...engine.artifacts import locate_artifact
     from ..tasks import config_for_task
 
-    summary = checkpoint.parent / SUMMARY
-    if not summary.is_file():
+    artifact = locate_artifact(checkpoint, "--checkpoint")
+    if artifact.config is None:
         raise UsageError(f"no {SUMMARY} beside {checkpoint}, so the config it was trained with is unknown (a finished "
                          f"run writes {SUMMARY} next to its model.safetensors); pass --config FILE with that config")
-    record = read_json_object(summary, "training summary", ConfigError)
-    if not isinstance(record.get("config"), dict):
-        raise ConfigError(f"{summary}: not a training summary with a 'config' (a mapping)")
-    return config_for_task(record.get("task"), apply_overrides(record["config"], overrides), summary), summary
+    source = artifact.config_source
+    return config_for_task(artifact.task, apply_overrides(artifact.config, overrides), source), source
 
 
 def run_evaluate(args: argparse.Namespace) -> int:

@@ -162,3 +162,36 @@ def test_an_override_after_resume_is_an_override_not_the_checkpoint(workdir, cap
     assert "it was written with another config" in err and "optim.lr: 0.0001 != 0.5" in err, err
     checkpoint = next((workdir / "run" / "checkpoints").iterdir())
     assert main(["train", "--config", "config.yaml", "--resume", str(checkpoint), "max_steps=1"]) == 0
+
+
+def test_evaluate_takes_every_artefact_of_a_run(workdir, capsys):
+    """Issue 25: the checkpoint a sweep report names (``RUN/checkpoints/step-N``) and the run directory are scored
+    like the exported model file: the checkpoint of the exported step gives the same numbers; an unfinished run's
+    checkpoint is scored from its trainer state; a corrupt checkpoint is refused by name."""
+    assert main(["train", "--config", "config.yaml", "optim.epochs=2", "checkpoint.keep_last=2"]) == 0
+    summary = json.loads((workdir / "run" / "summary.json").read_text())
+    best = workdir / "run" / "checkpoints" / f"step-{summary['exported_step']:06d}"
+    assert best.is_dir()
+    capsys.readouterr()
+    scores = {}
+    for name, path in (("file", "run/model.safetensors"), ("run", "run"), ("checkpoint", str(best)),
+                       ("weights", str(best / "model.safetensors"))):
+        assert main(["evaluate", "--checkpoint", path]) == 0, name
+        scores[name] = {k: v for k, v in json.loads(capsys.readouterr().out).items() if k not in ("checkpoint",
+                                                                                                   "config")}
+    assert scores["run"] == scores["file"] == scores["checkpoint"] == scores["weights"]
+    # a checkpoint of a run without a summary (not finished): its config comes from the trainer state
+    (workdir / "run" / "summary.json").unlink()
+    assert main(["evaluate", "--checkpoint", str(best)]) == 0
+    assert json.loads(capsys.readouterr().out)["config"] == str(best / "trainer_state.json")
+    assert main(["evaluate", "--checkpoint", "run"]) == 2  # the run dir still has its exported model, but no summary
+    assert "no summary.json beside run" in capsys.readouterr().err
+    (workdir / "run" / "model.safetensors").unlink()
+    assert main(["evaluate", "--checkpoint", "run"]) == 2
+    error = capsys.readouterr().err
+    assert "the run has not finished" in error and best.name in error
+    with open(best / "model.safetensors", "r+b") as f:
+        f.seek(-1, 2)
+        f.write(b"\x00" if f.read(1) != b"\x00" else b"\x01")
+    assert main(["evaluate", "--checkpoint", str(best)]) == 2
+    assert f"{best}: not an intact checkpoint: model.safetensors" in capsys.readouterr().err

@@ -1,0 +1,92 @@
+"""What a training run leaves behind, resolved to the weights it holds and the config that trained them.
+
+Wherever a trained model is expected, a user may name any of a run's artefacts:
+
+* the run directory (``runs/voc/guided``): its exported model file ``model.safetensors``, config from ``summary.json``;
+* the exported model file itself (``runs/voc/guided/model.safetensors``), config from the ``summary.json`` beside it
+  (none for a bare model file written by :func:`rightreasons.save_model`);
+* one of its checkpoint directories (``runs/voc/guided/checkpoints/step-000120``, as the sweep's Pareto report names
+  them), or the weights file inside one: checked against the checkpoint's manifest, config from its trainer state —
+  so a checkpoint of a run that has not finished is accepted too.
+
+A checkpoint's weights file is accelerate's plain state dict, without the architecture that an exported model file
+records: the model is then rebuilt from the config (:attr:`RunArtifact.architecture_in_file` says which).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+from ..fileio import read_json_object
+from .checkpointing import MANIFEST, STATE_FILE, checkpoint_defect
+
+__all__ = ["RunArtifact", "locate_artifact"]
+
+WEIGHTS = "model.safetensors"
+"""The weights file of an exported run and of a checkpoint alike (:data:`rightreasons.models.RUN_MODEL_FILE`)."""
+SUMMARY = "summary.json"
+
+
+@dataclass(frozen=True)
+class RunArtifact:
+    """A trained model named by a path: its ``weights`` file, the training ``config`` (a plain mapping; ``None`` for a
+    bare model file), the ``task`` that trained it when recorded, and the file the config was read from."""
+
+    weights: Path
+    config: dict[str, Any] | None
+    task: str | None
+    config_source: Path | None
+    architecture_in_file: bool
+
+
+def _is_checkpoint(directory: Path) -> bool:
+    return (directory / STATE_FILE).is_file() or (directory / MANIFEST).is_file()
+
+
+def _from_checkpoint(directory: Path) -> RunArtifact:
+    defect = checkpoint_defect(directory)
+    if defect is not None:
+        raise CheckpointError(f"{directory}: not an intact checkpoint: {defect}")
+    state = read_json_object(directory / STATE_FILE, "trainer state", CheckpointError)
+    if not isinstance(state.get("config"), dict):
+        raise CheckpointError(f"{directory / STATE_FILE}: no training 'config' recorded (written by an older "
+                              "version?); name the run's exported model file instead")
+    summary = directory.parent.parent / SUMMARY
+    task = read_json_object(summary, "training summary", CheckpointError).get("task") if summary.is_file() else None
+    return RunArtifact(directory / WEIGHTS, state["config"], task, directory / STATE_FILE, False)
+
+
+def _from_model_file(path: Path) -> RunArtifact:
+    summary = path.parent / SUMMARY
+    if not summary.is_file():
+        return RunArtifact(path, None, None, None, True)
+    record = read_json_object(summary, "training summary", CheckpointError)
+    if not isinstance(record.get("config"), dict):
+        raise CheckpointError(f"{summary}: not a training summary with a 'config' (a mapping)")
+    return RunArtifact(path, record["config"], record.get("task"), summary, True)
+
+
+def locate_artifact(path: str | Path, what: str = "model") -> RunArtifact:
+    """The weights and training config that ``path`` names (a run directory, its model file, a checkpoint directory
+    or the weights file in one); ``what`` names the argument in errors. A :class:`CheckpointError` says what the
+    path is and what to name instead."""
+    path = Path(path)
+    if path.is_file():
+        return _from_checkpoint(path.parent) if _is_checkpoint(path.parent) else _from_model_file(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{what} {path}: no such model file, run directory or checkpoint directory")
+    if _is_checkpoint(path):
+        return _from_checkpoint(path)
+    if (path / WEIGHTS).is_file():
+        return _from_model_file(path / WEIGHTS)
+    steps = sorted(p.name for p in (path / "checkpoints").glob("step-*")) if (path / "checkpoints").is_dir() else []
+    if path.name == "checkpoints":
+        steps = sorted(p.name for p in path.glob("step-*"))
+    if steps:
+        raise CheckpointError(f"{what} {path}: the run has not finished (no {WEIGHTS}); name one of its checkpoints "
+                              f"({', '.join(steps[-3:])}) or continue the run with --resume")
+    raise CheckpointError(f"{what} {path}: a directory without a model file ({WEIGHTS}), a summary or checkpoints; "
+                          "expected a run directory, a model file or a checkpoint directory")
