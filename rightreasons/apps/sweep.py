@@ -12,9 +12,12 @@ A run is ``rightreasons <train|guide> --config BASE key=value ... output_dir=OUT
 (:func:`rightreasons.apps.tasks.load_task_config`), so a typo fails at once. Runs whose folder holds a ``summary.json``
 are skipped; runs with checkpoints but no summary continue with ``--resume``.
 
-Collecting reads every run's validation history (``summary.json``) into points (one per run and evaluation), marks per
-group the Pareto front over (score = F1 or accuracy, EPG, IoU) and the representative model (highest EPG within 5 p.p.
-of the best score) and writes ``pareto.md``, ``pareto.csv`` and ``pareto.png`` to the report folder.
+The report follows the protocol "select on validation, report on test": it reads every run's validation history
+(``summary.json``), averages the runs of one *setting* (runs that differ only in ``seed``) step by step, marks per
+group the Pareto front over the validation (score = F1 or accuracy, EPG, IoU) and the representative (highest EPG
+within 5 p.p. of the best score), and only then scores each seed of the representative once on the test split (from
+its checkpoint, :func:`~rightreasons.engine.artifacts.locate_artifact`; worst-group and per-group accuracy where the
+data has groups). It writes ``pareto.md``, ``pareto.csv`` and ``pareto.png`` to the report folder.
 
 Grid files (YAML; documented in ``configs/guidance/README.md``)::
 
@@ -45,7 +48,7 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,13 +57,15 @@ import yaml
 
 from ..config import read_yaml, to_dict
 from ..engine import task_names
+from ..data import default_test_split
 from ..engine.grid import GridRun, run_grid
-from ..errors import ConfigError
-from ..fileio import writable_directory, write_text_atomic
-from ..reporting import OBJECTIVES, mark_fronts, markdown_table, plot_pareto, write_csv
+from ..errors import ConfigError, RightReasonsError
+from ..fileio import writable_directory, write_json_atomic, write_text_atomic
+from ..reporting import OBJECTIVES, cell, mark_fronts, markdown_table, plot_pareto, statistic, write_csv
 from .tasks import load_task_config
 
-__all__ = ["GridError", "Run", "collect", "execute", "load_grid", "write_report"]
+__all__ = ["GridError", "Run", "aggregate", "collect", "execute", "load_grid", "report_runs", "score_representatives",
+           "write_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -201,62 +206,185 @@ def load_grid(path: str | Path, extra: Sequence[str] = ()) -> list[Run]:
     return runs
 
 
+def _setting_labels(runs: Sequence[Run]) -> dict[str, str]:
+    """Per run name, the label of its *setting*: the runs of one group that differ only in ``seed`` share it. A
+    setting of one run is labelled by the run's name, one of several seeds by its group and the parameters that set
+    it apart from the group's other settings."""
+    settings: dict[tuple[str, str], list[Run]] = {}
+    for run in runs:
+        key = json.dumps({k: v for k, v in run.params.items() if k != "seed"}, sort_keys=True, default=str)
+        settings.setdefault((run.group, key), []).append(run)
+    labels = {}
+    for (group, key), members in settings.items():
+        if len(members) == 1:
+            labels[members[0].name] = members[0].name
+            continue
+        siblings = [json.loads(k) for g, k in settings if g == group]
+        mine = json.loads(key)
+        varying = [k for k in mine if any(s.get(k) != mine[k] for s in siblings)]
+        label = group + (f" ({', '.join(f'{k}={mine[k]}' for k in varying)})" if varying else "")
+        for run in members:
+            labels[run.name] = label
+    return labels
+
+
 def collect(runs: Sequence[Run]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Points of every evaluation in the runs' ``summary.json`` histories, and the names of runs without one."""
+    """Points of every validation in the runs' ``summary.json`` histories (one per run and evaluation, with the run's
+    ``setting`` label and ``seed``), and the names of runs without a summary."""
     points, missing = [], []
+    labels = _setting_labels(runs)
     for run in runs:
         summary_file = run.output_dir / "summary.json"
         if not summary_file.is_file():
             missing.append(run.name)
             continue
         try:
-            history = json.loads(summary_file.read_text())["history"]
+            summary = json.loads(summary_file.read_text())
+            history = summary["history"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ConfigError(f"{summary_file}: not a training summary with a 'history' ({e})") from e
         for record in history:
             if any(not isinstance(record.get(k), (int, float)) for k in OBJECTIVES):
                 continue
             checkpoint = run.output_dir / "checkpoints" / f"step-{record['step']:06d}"
+            exported = summary.get("exported_step") == record["step"]
+            artefact = checkpoint if checkpoint.is_dir() else run.output_dir if exported else None
             points.append({"id": f"{run.name}@{record['step']}", "group": run.group, "run": run.name,
-                           "epoch": record.get("epoch"), "step": record["step"],
-                           **{k: float(record[k]) for k in OBJECTIVES},
-                           "checkpoint": str(checkpoint) if checkpoint.is_dir() else "", **run.params})
+                           "setting": labels[run.name], "seed": run.config.seed, "epoch": record.get("epoch"),
+                           "step": record["step"], **{k: float(record[k]) for k in OBJECTIVES},
+                           "checkpoint": str(artefact) if artefact else "", **run.params})
     return points, missing
 
 
+def aggregate(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per setting and step that every seed of the setting evaluated: the mean of each objective over the
+    seeds (``<objective>_std``: their sample std), ``seeds`` and the per-seed ``members``."""
+    by_setting: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in points:
+        by_setting.setdefault((p["group"], p["setting"]), []).append(p)
+    out = []
+    for (group, setting), members in by_setting.items():
+        seeds = {p["run"] for p in members}
+        steps = [s for s in dict.fromkeys(p["step"] for p in members)
+                 if {p["run"] for p in members if p["step"] == s} == seeds]
+        for step in steps:
+            here = [p for p in members if p["step"] == step]
+            point = {"id": f"{setting}@{step}", "group": group, "setting": setting, "step": step,
+                     "epoch": here[0]["epoch"], "seeds": len(here), "members": here}
+            for k in OBJECTIVES:
+                stat = statistic([p[k] for p in here])
+                point[k], point[f"{k}_std"] = stat["mean"], stat["std"]
+            point.update({k: v for k, v in here[0].items() if k not in point and k not in (
+                "run", "seed", "checkpoint", *(f"{o}_std" for o in OBJECTIVES))})
+            out.append(point)
+    return out
+
+
+def score_representatives(marked: Sequence[dict[str, Any]], runs: Sequence[Run], split: str | None,
+                          score: Callable[[Run, Path, str], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per group, the test scores of its representative (chosen on validation): every seed's artefact of the chosen
+    step scored once on ``split`` (``None``: each dataset's test split) by ``score(run, artefact, split)``, kept in
+    ``<run>/test-<split>-step-<N>.json`` so that a second report does not score again. Groups whose artefacts were
+    not kept (or cannot be scored) get the reason instead of numbers."""
+    by_name = {run.name: run for run in runs}
+    results = {}
+    for pick in (p for p in marked if p["representative"]):
+        scores, problems = [], []
+        for member in pick["members"]:
+            run = by_name[member["run"]]
+            where = split or default_test_split(run.config.data.name)
+            if not member["checkpoint"]:
+                problems.append(f"{member['id']}: its checkpoint was not kept (raise checkpoint.keep_front)")
+                continue
+            kept = run.output_dir / f"test-{where}-step-{member['step']:06d}.json"
+            try:
+                record = json.loads(kept.read_text()) if kept.is_file() else None
+                if record is None:
+                    record = score(run, Path(member["checkpoint"]), where)
+                    write_json_atomic(kept, record)
+            except RightReasonsError as e:
+                problems.append(f"{member['id']}: {e}")
+                continue
+            scores.append({**record, "selection_split": run.config.data.val_split})
+        results[pick["group"]] = {"pick": pick, "scores": scores, "problems": problems}
+    return results
+
+
+def _test_row(group: str, entry: dict[str, Any]) -> dict[str, Any]:
+    pick, scores = entry["pick"], entry["scores"]
+    row: dict[str, Any] = {"group": group, "representative": pick["id"], "seeds": pick["seeds"],
+                           **{f"val. {k}": cell({"mean": pick[k], "std": pick[f"{k}_std"]}) for k in OBJECTIVES}}
+    if scores:
+        row["split"] = ", ".join(sorted({s["split"] for s in scores}))
+        keys = [k for k in ("score", "epg", "iou", "worst_group_accuracy") if all(k in s for s in scores)]
+        keys += sorted({k for s in scores for k in s if k.startswith("accuracy/") and all(k in t for t in scores)})
+        row.update({f"test {k}": cell(statistic([s[k] for s in scores])) for k in keys})
+        if len(scores) < pick["seeds"]:
+            row["split"] += f" ({len(scores)} of {pick['seeds']} seeds)"
+    return row
+
+
 def write_report(points: Sequence[dict[str, Any]], missing: Sequence[str], out: str | Path,
-                 title: str = "Pareto report") -> dict[str, Path]:
-    """``pareto.md`` (per-group summary and fronts), ``pareto.csv`` (every point) and ``pareto.png`` in ``out``."""
+                 title: str = "Pareto report", tests: dict[str, dict[str, Any]] | None = None) -> dict[str, Path]:
+    """``pareto.md`` (per group the representative, chosen on validation and scored on test, and the fronts),
+    ``pareto.csv`` (every setting and step, seeds aggregated) and ``pareto.png`` in ``out``; ``points`` are
+    :func:`aggregate`'s with :func:`~rightreasons.reporting.mark_fronts`'s flags, ``tests`` from
+    :func:`score_representatives` (``None``: not scored)."""
     out = writable_directory(out, "report folder")
-    marked = mark_fronts(points)
-    params = list(dict.fromkeys(k for p in marked for k in p if k not in ("id", "group", "run", "epoch", "step",
-                                                                          "checkpoint", "on_front",
-                                                                          "representative", *OBJECTIVES)))
-    columns = ["group", "run", "epoch", "step", *OBJECTIVES, "on_front", "representative", *params, "checkpoint"]
-    write_csv(out / "pareto.csv", marked, columns)
-    summary = []
-    for group in dict.fromkeys(p["group"] for p in marked):
-        members = [p for p in marked if p["group"] == group]
-        best = max(members, key=lambda p: p["score"])
-        pick = next(p for p in members if p["representative"])
-        summary.append({"group": group, "runs": len({p["run"] for p in members}), "evaluations": len(members),
-                        "best score": f"{best['score']:.4f} ({best['id']})", "representative": pick["id"],
-                        "score": pick["score"], "epg": pick["epg"], "iou": pick["iou"]})
-    front = sorted((p for p in marked if p["on_front"]), key=lambda p: (p["group"], -p["score"]))
-    text = [f"# {title}\n", f"{len(marked)} evaluations of {len({p['run'] for p in marked})} runs. Representative: "
-            "the highest EPG within 5 p.p. of the group's best score (thesis §7.2).\n", "## Groups\n",
-            markdown_table(summary, ["group", "runs", "evaluations", "best score", "representative", "score", "epg",
-                                     "iou"], ["group", "runs", "evaluations", "best score (run@step)",
-                                              "representative (run@step)", "score", "EPG", "IoU"]),
-            "\n## Pareto fronts over (score, EPG, IoU)\n",
-            markdown_table(front, ["group", "run", "epoch", "step", "score", "epg", "iou", "representative",
-                                   "checkpoint"]),
-            "\n![Pareto plot](pareto.png)\n"]
+    params = list(dict.fromkeys(k for p in points for k in p if k not in (
+        "id", "group", "setting", "epoch", "step", "seeds", "members", "on_front", "representative", *OBJECTIVES,
+        *(f"{o}_std" for o in OBJECTIVES))))
+    columns = ["group", "setting", "epoch", "step", "seeds", *(x for o in OBJECTIVES for x in (o, f"{o}_std")),
+               "on_front", "representative", *params]
+    write_csv(out / "pareto.csv", points, columns)
+    rows = [_test_row(group, entry) for group, entry in (tests or {}).items()]
+    test_columns = list(dict.fromkeys(k for r in rows for k in r))
+    front = sorted((p for p in points if p["on_front"]), key=lambda p: (p["group"], -p["score"]))
+    front_rows = [{**p, **{k: cell({"mean": p[k], "std": p[f"{k}_std"]}) for k in OBJECTIVES}} for p in front]
+    runs = len({m["run"] for p in points for m in p["members"]})
+    text = [f"# {title}\n",
+            f"{len(points)} validations (settings × steps, mean ± std over seeds) of {runs} runs. Representative: "
+            "per group, the setting and step with the highest validation EPG within 5 p.p. of the group's best "
+            "validation score (thesis §7.2), chosen on the validation split only; then each of its seeds is scored "
+            "once on the test split. Values in %.\n", "## Representatives\n"]
+    if rows:
+        text.append(markdown_table(rows, test_columns))
+        shared = sorted({s["split"] for e in (tests or {}).values() for s in e["scores"]
+                         if s["split"] == s["selection_split"]})
+        if shared:
+            text.append(f"\nNote: split(s) {shared} also selected the checkpoints (the dataset has no test labels): "
+                        "these numbers are not held out.")
+        problems = [p for e in (tests or {}).values() for p in e["problems"]]
+        if problems:
+            text.append("\nNot scored:\n\n" + "".join(f"- {p}\n" for p in problems))
+    else:
+        text.append("Not scored on a test split (run without --no-test to score the representatives).")
+    text += ["\n## Pareto fronts over validation (score, EPG, IoU)\n",
+             markdown_table(front_rows, ["group", "setting", "epoch", "step", "seeds", "score", "epg", "iou",
+                                         "representative"]),
+             "\n![Pareto plot](pareto.png)\n"]
     if missing:
         text.append("\n## Runs without a summary\n\n" + "".join(f"- {name}\n" for name in missing))
     write_text_atomic(out / "pareto.md", "\n".join(text))
-    plot_pareto(out / "pareto.png", marked, [("epg", "score"), ("iou", "score")], title=title)
+    plot_pareto(out / "pareto.png", points, [("epg", "score"), ("iou", "score")], title=title)
     return {"markdown": out / "pareto.md", "csv": out / "pareto.csv", "plot": out / "pareto.png"}
+
+
+def report_runs(runs: Sequence[Run], out: str | Path, title: str, test_split: str | None = None,
+           test: bool = True) -> tuple[dict[str, Path] | None, int, list[str]]:
+    """Collect, aggregate over seeds, mark fronts and representatives on validation, score each representative on
+    the test split (unless ``test`` is off) and write the report; returns its paths (``None`` without any
+    validation yet), the number of aggregated points and the runs without a summary."""
+    from ..classification import score_checkpoint
+
+    points, missing = collect(runs)
+    if not points:
+        return None, 0, missing
+    marked = mark_fronts(aggregate(points))
+    tests = score_representatives(marked, runs, test_split,
+                                  lambda run, artefact, split: score_checkpoint(run.config, artefact, split)) \
+        if test else None
+    return write_report(marked, missing, out, title, tests), len(marked), missing
 
 
 def execute(runs: Sequence[Run], launcher: Sequence[str]) -> list[str]:

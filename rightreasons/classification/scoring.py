@@ -42,7 +42,7 @@ def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split
     (:meth:`~rightreasons.classification.config.ClassificationConfig.localization`) come from ``config``; the scoring
     is :func:`rightreasons.metrics.evaluation.score_model`.
     """
-    artifact = locate_artifact(checkpoint, "--checkpoint")
+    artifact = locate_artifact(checkpoint)
     data = config.data
     dataset = load_dataset(data.name, data.root, split, **data.options)
     model = trained_model(config, artifact, dataset)

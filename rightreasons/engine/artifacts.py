@@ -43,7 +43,8 @@ class RunArtifact:
 
 
 def _is_checkpoint(directory: Path) -> bool:
-    return (directory / STATE_FILE).is_file() or (directory / MANIFEST).is_file()
+    return ((directory / STATE_FILE).is_file() or (directory / MANIFEST).is_file()
+            or directory.parent.name == "checkpoints" and directory.name.startswith("step-"))
 
 
 def _from_checkpoint(directory: Path) -> RunArtifact:

@@ -129,20 +129,66 @@ def test_collect_writes_fronts_and_representatives_per_group(tmp_path, capsys):
     report = tmp_path / "report"
     assert main(["sweep", str(grid), "--collect-only", "--report", str(report)]) == 0
     rows = list(csv.DictReader((report / "pareto.csv").open()))
-    flags = {(r["run"], int(r["step"])): (r["on_front"] == "True", r["representative"] == "True") for r in rows}
+    flags = {(r["setting"], int(r["step"])): (r["on_front"] == "True", r["representative"] == "True") for r in rows}
     # dominated: input-w0.1@20 (by w0.1@10) and input-w0.3@20 (by w0.2@20); the representative is the highest EPG
     # within 0.05 of the best score 0.90: w0.2@20 (0.84 < 0.85 is out), so w0.2@10 (0.86, EPG 0.60)
     assert flags == {("input-w0.1", 10): (True, False), ("input-w0.1", 20): (False, False),
                      ("input-w0.2", 10): (True, True), ("input-w0.2", 20): (True, False),
                      ("input-w0.3", 10): (True, False), ("input-w0.3", 20): (False, False),
                      ("final-w0.1", 20): (True, True)}
-    by_id = {(r["run"], int(r["step"])): r for r in rows}
-    assert by_id[("final-w0.1", 20)]["checkpoint"].endswith("final-w0.1/checkpoints/step-000020")
-    assert by_id[("input-w0.2", 10)]["guidance.weight"] == "0.2"
+    by_id = {(r["setting"], int(r["step"])): r for r in rows}
+    assert by_id[("input-w0.2", 10)]["guidance.weight"] == "0.2" and by_id[("input-w0.2", 10)]["seeds"] == "1"
     text = (report / "pareto.md").read_text()
     assert "input-w0.2@10" in text and "final-w0.2" in text and "final-w0.3" in text  # the pick; missing runs
+    # the picks cannot be scored on test: one kept no checkpoint, the other's is not a complete checkpoint
+    assert "input-w0.2@10: its checkpoint was not kept" in text
+    assert "final-w0.1@20: " in text and "not an intact checkpoint" in text
     assert (report / "pareto.png").stat().st_size > 0
     assert "2 runs without a summary" in capsys.readouterr().out
+
+
+def test_the_representative_is_chosen_on_validation_over_seeds_and_scored_once_on_test(tmp_path):
+    """Issue 25: seeds of one setting are one point (mean ± std); the pick uses validation numbers only, however the
+    test numbers fall; each seed of the pick is scored once (kept beside the run) and the table gives mean ± std."""
+    base = tmp_path / "base.yaml"
+    base.write_text("model: {name: bcos_resnet18}\ndata: {name: synthetic-birds}\n")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"command: guide\nbase: base.yaml\noutput_root: {tmp_path / 'runs'}\n"
+                    "name: 'w{guidance.weight}-s{seed}'\ngroup: 'energy'\n"
+                    "grid:\n  - guidance.weight: [0.1, 0.2]\n    seed: [0, 1]\n")
+    runs = sweep.load_grid(grid)
+    validation = {"w0.1-s0": (0.90, 0.40), "w0.1-s1": (0.88, 0.50), "w0.2-s0": (0.87, 0.70), "w0.2-s1": (0.85, 0.60)}
+    for run in runs:
+        score, epg = validation[run.name]
+        run.output_dir.mkdir(parents=True)
+        (run.output_dir / "checkpoints" / "step-000010").mkdir(parents=True)
+        (run.output_dir / "summary.json").write_text(json.dumps(
+            {"exported_step": 10, "history": [{"step": 10, "epoch": 1, "score": score, "epg": epg, "iou": 0.1}]}))
+    points, missing = sweep.collect(runs)
+    marked = sweep.mark_fronts(sweep.aggregate(points))
+    assert not missing and len(marked) == 2 and all(p["seeds"] == 2 for p in marked)
+    means = {p["setting"]: [p["score"], p["epg"]] for p in marked}
+    assert sorted(means) == ["energy (guidance.weight=0.1)", "energy (guidance.weight=0.2)"]
+    assert means["energy (guidance.weight=0.1)"] == pytest.approx([0.89, 0.45])
+    assert means["energy (guidance.weight=0.2)"] == pytest.approx([0.86, 0.65])
+    (pick,) = [p for p in marked if p["representative"]]
+    assert pick["id"] == "energy (guidance.weight=0.2)@10"  # highest mean EPG within 5 p.p. of the best mean score
+    calls = []
+
+    def score(run, artefact, split):  # the test split disagrees with validation: it must not change the pick
+        calls.append((run.name, artefact.name, split))
+        return {"split": split, "score": {"w0.2-s0": 0.5, "w0.2-s1": 0.7}[run.name], "epg": 0.2, "iou": 0.1,
+                "worst_group_accuracy": 0.4, "accuracy/G1": 0.4}
+
+    tests = sweep.score_representatives(marked, runs, None, score)
+    assert sorted(calls) == [("w0.2-s0", "step-000010", "test"), ("w0.2-s1", "step-000010", "test")]
+    sweep.score_representatives(marked, runs, None, score)
+    assert len(calls) == 2  # scored once: the second report reads test-test-step-000010.json
+    paths = sweep.write_report(marked, missing, tmp_path / "report", tests=tests)
+    text = paths["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| energy |"))
+    assert "energy (guidance.weight=0.2)@10" in row and "60.0 ± 14.1" in row and "86.0 ± 1.4" in row
+    assert "| test worst_group_accuracy | test accuracy/G1 |" in text
 
 
 def test_collect_refuses_a_broken_summary(tmp_path):

@@ -176,7 +176,12 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     with (report / "pareto.csv").open() as f:
         (row,) = list(csv.DictReader(f))
     assert row["on_front"] == "True" and row["representative"] == "True"
-    (swept_run,) = [run for run in sweep.load_grid(commands[-1][1]) if run.name == row["run"]]
+    (swept_run,) = [run for run in sweep.load_grid(commands[-1][1]) if run.name == row["setting"]]
     swept = json.loads((work / swept_run.output_dir / "summary.json").read_text())["config"]
     assert swept["model"]["checkpoint"] == guided["config"]["model"]["checkpoint"]
-    assert row["run"] in (report / "pareto.md").read_text() and (report / "pareto.png").stat().st_size > 0
+    text = (report / "pareto.md").read_text()
+    assert row["setting"] in text and (report / "pareto.png").stat().st_size > 0
+    # the representative, chosen on validation, scored once on the test split from its checkpoint
+    (kept,) = (work / swept_run.output_dir).glob(f"test-{split}-step-*.json")
+    assert json.loads(kept.read_text())["split"] == split and "Not scored" not in text
+    assert "test score" in text and ("test accuracy/G1 landbird/land" in text) == (dataset == "waterbirds100")

@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="run a grid of trainings and write the Pareto report",
                               description="Expand grid files into runs (every config validated first), run them one "
                                           "after another (skipping finished runs, resuming interrupted ones) and "
-                                          "write pareto.md, pareto.csv and pareto.png.")
+                                          "write pareto.md, pareto.csv and pareto.png: seeds averaged, each group's "
+                                          "representative chosen on validation and scored once on the test split.")
     p.add_argument("grids", nargs="+", type=Path, help="grid files (configs/guidance/grids/*.yaml)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     p.add_argument("--collect-only", action="store_true", help="do not train; only write the Pareto report")
@@ -27,12 +28,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="what runs `-m rightreasons ...`, e.g. 'accelerate launch --num_processes 8' "
                         "(default: this Python)")
     p.add_argument("--report", type=Path, default=None, help="report folder (default: runs/reports/<grid names>)")
+    p.add_argument("--test-split", default=None, metavar="SPLIT",
+                   help="the split each group's representative is scored on (default: the dataset's test split)")
+    p.add_argument("--no-test", action="store_true",
+                   help="do not score the representatives on the test split (validation only)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ...fileio import writable_directory
-    from ..sweep import collect, execute, load_grid, write_report
+    from ..sweep import execute, load_grid, report_runs
 
     runs = [r for grid in args.grids for r in load_grid(grid, args.extra)]
     if args.only:
@@ -48,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
             print(shlex.join(r.argv(launcher, resume=r.status() == "partial")))
         return 0
     failed = [] if args.collect_only else execute(runs, launcher)
-    points, missing = collect(runs)
-    if points:
-        paths = write_report(points, missing, report, title=f"Pareto report: {', '.join(g.stem for g in args.grids)}")
-        print(f"report: {paths['markdown']} ({len(points)} evaluations, {len(missing)} runs without a summary)")
+    paths, points, missing = report_runs(runs, report, f"Pareto report: {', '.join(g.stem for g in args.grids)}",
+                                         args.test_split, test=not args.no_test)
+    if paths:
+        print(f"report: {paths['markdown']} ({points} validations, {len(missing)} runs without a summary)")
     else:
         print(f"no run of {len(runs)} has a summary with score, EPG and IoU yet; no report written")
     if failed:
