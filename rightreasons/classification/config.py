@@ -34,6 +34,9 @@ class ModelConfig:
     * ``kwargs`` — constructor arguments of the architecture, e.g. ``{inplanes: 16}`` for a ResNet of width 16;
       never ``num_classes``, which comes from the data (for a student, from its teacher). Checked against the
       constructor when the config is read (:func:`rightreasons.models.checked_arguments`).
+    * ``name: null`` — the architecture and arguments that ``checkpoint`` records (a model file or run of ours), so
+      that a fine-tuning need not repeat them. A ``name``/``kwargs`` that differ from what the file records are refused
+      with each differing argument (:func:`rightreasons.models.resolve_architecture`).
     * ``sync_bn`` — on several processes, take the BatchNorm statistics of a training step over the global batch
       (synchronised BatchNorm, :func:`rightreasons.convert_sync_batchnorm`), so that N processes train exactly as one
       process with the same global batch; one all-reduce per norm layer, forward and backward. On by default;
@@ -42,20 +45,26 @@ class ModelConfig:
       on one process, on norms with per-sample statistics (LayerNorm, GroupNorm, PositionNorm) or in evaluation.
     """
 
-    name: str = "bcos_resnet18"
+    name: str | None = "bcos_resnet18"
     pretrained: bool = False
     checkpoint: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     sync_bn: bool = True
 
     def __post_init__(self) -> None:
-        expect(bool(self.name.strip()), "name", self.name, "a registered model name")
+        if self.name is None:
+            expect(self.checkpoint is not None and not self.pretrained, "name", self.name,
+                   "a registered model name (null takes the architecture of model.checkpoint, which is not set)"
+                   if self.checkpoint is None else "a registered model name with pretrained: true")
+        else:
+            expect(bool(self.name.strip()), "name", self.name, "a registered model name")
         expect(self.checkpoint is None or bool(self.checkpoint.strip()), "checkpoint", self.checkpoint,
                "a file path, a run directory or null")
         expect("num_classes" not in self.kwargs, "kwargs", self.kwargs,
                "constructor arguments without num_classes (the number of classes comes from the data, or for a "
                "student from its teacher)")
-        self.kwargs = checked_arguments(self.name, self.kwargs)
+        if self.name is not None:
+            self.kwargs = checked_arguments(self.name, self.kwargs)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from torch import nn
 from ..data import AnnotatedDataset, load_dataset
 from ..engine.artifacts import RunArtifact, locate_artifact
 from ..metrics.evaluation import score_model
-from ..models import capabilities, create_model, load_model
+from ..models import capabilities, create_model, load_model, model_file, resolve_architecture
 from ..models.weights import LogitBiasWarning
 from .config import ClassificationConfig
 
@@ -26,9 +26,10 @@ def trained_model(config: ClassificationConfig, artifact: RunArtifact, dataset: 
     if artifact.architecture_in_file:
         return load_model(artifact.weights)
     m = config.model
+    name, kwargs = resolve_architecture(m.name, m.kwargs, model_file(m.checkpoint))
     with warnings.catch_warnings():  # built with the arguments it was trained with: its logit bias is the trained one
         warnings.simplefilter("ignore", LogitBiasWarning)
-        model = create_model(m.name, checkpoint=str(artifact.weights), num_classes=dataset.num_classes, **m.kwargs)
+        model = create_model(name, checkpoint=str(artifact.weights), **{**kwargs, "num_classes": dataset.num_classes})
     model.classes = dataset.classes
     return model
 

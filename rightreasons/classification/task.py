@@ -27,7 +27,7 @@ from ..bcos.sync import convert_sync_batchnorm
 from ..data import load_dataset
 from ..engine import Hook, Step, Task, Trainer, register_task
 from ..metrics.evaluation import Evaluator, classifier_evaluators, has_boxes, is_multilabel
-from ..models import capabilities, create_model, model_file, save_model
+from ..models import capabilities, create_model, model_file, resolve_architecture, save_model
 from .config import ClassificationConfig
 from .hooks import BRampHook, ExplanationImages
 from .loss import classification_loss, resolve_classification_loss
@@ -80,8 +80,10 @@ class ClassificationTask(Task):
         """``config.model`` with :meth:`output_classes` outputs, from the weights ``model.checkpoint`` names (a file or
         a run directory); resolves the classification loss it trains with."""
         m = self.config.model
-        self.model = create_model(m.name, pretrained=m.pretrained, checkpoint=model_file(m.checkpoint),
-                                  num_classes=self.output_classes(train_set), **m.kwargs)
+        checkpoint = model_file(m.checkpoint)
+        name, kwargs = resolve_architecture(m.name, m.kwargs, checkpoint)
+        self.model = create_model(name, pretrained=m.pretrained, checkpoint=checkpoint,
+                                  **{**kwargs, "num_classes": self.output_classes(train_set)})
         self.loss_kind = resolve_classification_loss(self.config.loss.classification, capabilities(self.model).bcos,
                                                      is_multilabel(train_set))
         return self.model

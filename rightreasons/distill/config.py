@@ -33,8 +33,9 @@ __all__ = ["DistillConfig", "DistillSection", "EvalDataConfig", "TeacherConfig"]
 
 @dataclass
 class TeacherConfig:
-    """The teacher: a registry ``name`` (with ``checkpoint`` weights or ``pretrained``), or only ``checkpoint`` for a
-    model file written by rightreasons training (``model.safetensors``, which names its architecture)."""
+    """The teacher: a registry ``name`` (with ``checkpoint`` weights or ``pretrained``), or only ``checkpoint`` for
+    what rightreasons training wrote (a run directory or its ``model.safetensors``, which names its architecture). With
+    both, the file's architecture must be the one named (:func:`rightreasons.models.resolve_architecture`)."""
 
     name: str | None = None
     checkpoint: str | None = None
@@ -45,10 +46,9 @@ class TeacherConfig:
         if self.name is None and self.checkpoint is None:
             raise FieldError("name", "set teacher.name (a registered model) or teacher.checkpoint (a model file "
                                      "written by rightreasons training)")
-        if self.name is None and (self.pretrained or self.kwargs):
-            raise FieldError("name", "teacher.pretrained and teacher.kwargs need teacher.name; a model file written "
-                                     "by rightreasons names its own architecture and arguments, so with "
-                                     "teacher.name=null also set teacher.kwargs={} and teacher.pretrained=false")
+        if self.name is None and self.pretrained:
+            raise FieldError("pretrained", "teacher.pretrained needs teacher.name (the released weights of which "
+                                           "architecture?)")
         if self.name is not None:
             self.kwargs = checked_arguments(self.name, self.kwargs)
 

@@ -15,7 +15,7 @@ from ..data import eval_transform, load_dataset
 from ..engine.launch import use_cpu
 from ..errors import TrainingError, UsageError
 from ..explain import attribute, layer_for
-from ..models import capabilities, create_model, load_model, model_file
+from ..models import capabilities, create_model, model_file, resolve_architecture
 from .cache import weights_fingerprint, write_cache
 from .config import DistillConfig, TeacherConfig
 from .explanations import freeze, resolve_explanation
@@ -32,10 +32,8 @@ def load_teacher(config: TeacherConfig) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         checkpoint = model_file(config.checkpoint, "teacher.checkpoint")
-        if config.name is None:
-            model = load_model(checkpoint)
-        else:
-            model = create_model(config.name, pretrained=config.pretrained, checkpoint=checkpoint, **config.kwargs)
+        name, kwargs = resolve_architecture(config.name, config.kwargs, checkpoint, "teacher")
+        model = create_model(name, pretrained=config.pretrained, checkpoint=checkpoint, **kwargs)
     return freeze(model)
 
 

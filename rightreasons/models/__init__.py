@@ -39,7 +39,7 @@ from .bcosify import BcosifiedDenseNet, BcosifiedResNet, BcosifiedSimpleViT, Bco
 from .capabilities import GUIDANCE_LAYERS, Capabilities, capabilities, unwrap_model
 from .convnext import BcosConvNeXt
 from .densenet import BcosDenseNet
-from .factory import create_model, load_model
+from .factory import create_model, load_model, recorded_architecture, resolve_architecture
 from .holistic_vit import BcosHolisticViT
 from .registry import ModelSpec, checked_arguments, get_model_spec, list_models, register_model
 from .resnet import BcosResNet
@@ -53,5 +53,5 @@ __all__ = ["BcosCNN", "BcosConvNeXt", "BcosDenseNet", "BcosHolisticViT", "BcosRe
            "BcosifiedDenseNet", "BcosifiedResNet", "BcosifiedSimpleViT", "BcosifiedTimmViT", "BcosifyOptions",
            "Capabilities", "DenseNet", "GUIDANCE_LAYERS", "ModelSpec", "ResNet", "StandardSimpleViT", "XResNet",
            "capabilities", "checked_arguments", "create_model", "get_model_spec", "list_models", "load_model",
-           "load_weights", "model_file",
-           "read_state_dict", "register_model", "register_timm_models", "save_model", "unwrap_model"]
+           "load_weights", "model_file", "read_state_dict", "recorded_architecture", "register_model",
+           "register_timm_models", "resolve_architecture", "save_model", "unwrap_model"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -20,10 +20,10 @@ from ..errors import CheckpointError, UsageError
 from .capabilities import capabilities
 from .pretrained import download_pretrained, get_pretrained
 from .registry import get_model_spec
-from .weights import (METADATA_KEY, fitted_state, load_weights, read_state_dict, restore_classes,
+from .weights import (METADATA_KEY, fitted_state, load_weights, read_metadata, read_state_dict, restore_classes,
                       restore_logit_layers)
 
-__all__ = ["create_model", "load_model"]
+__all__ = ["create_model", "load_model", "recorded_architecture", "resolve_architecture"]
 
 
 def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path | None = None,
@@ -72,13 +72,10 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path 
     return model
 
 
-def load_model(path: str | Path) -> nn.Module:
-    """Rebuild a model saved by :func:`~rightreasons.models.weights.save_model` (architecture and arguments come from
-    the file) and load its weights, logit layers and class names (``model.classes``, when the file has them)."""
-    state, metadata = read_state_dict(path)
+def _recorded(metadata: dict[str, str], path: str | Path) -> tuple[str, dict[str, Any]] | None:
+    """The registry name and constructor arguments a model file's ``metadata`` records (``None``: not our file)."""
     if METADATA_KEY not in metadata:
-        raise CheckpointError(f"{path}: not a rightreasons model file (no {METADATA_KEY!r} metadata); "
-                              "build the model with create_model(name, checkpoint=path) instead")
+        return None
     try:
         args = json.loads(metadata[METADATA_KEY])
         name, kwargs = args["name"], args["kwargs"]
@@ -86,6 +83,72 @@ def load_model(path: str | Path) -> nn.Module:
             raise TypeError("expected a name string and a kwargs mapping")
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: malformed {METADATA_KEY!r} metadata ({type(e).__name__}: {e})") from e
+    return name, kwargs
+
+
+def recorded_architecture(path: str | Path) -> tuple[str, dict[str, Any]] | None:
+    """The registry name and constructor arguments that a model file written by rightreasons records (read from its
+    header only); ``None`` for any other weights file (a release, a checkpoint's state dict)."""
+    return _recorded(read_metadata(path), path)
+
+
+def resolve_architecture(name: str | None, kwargs: dict[str, Any], checkpoint: str | Path | None,
+                         key: str = "model") -> tuple[str, dict[str, Any]]:
+    """The architecture to build for config section ``key``: the one ``checkpoint`` records when it is our model file
+    (``name`` ``None`` takes it as it is; a ``name``/``kwargs`` that differ from it are a :class:`CheckpointError`
+    naming each differing argument), else ``name`` with ``kwargs``. ``num_classes`` is never compared (fine-tuning
+    may change it); with a file, the arguments are the file's (``num_classes`` included) updated by ``kwargs``."""
+    recorded = None if checkpoint is None else recorded_architecture(checkpoint)
+    if recorded is None:
+        if name is None:
+            source = "is not set" if checkpoint is None else \
+                f"({checkpoint}) does not record an architecture (not a model file written by rightreasons)"
+            raise UsageError(f"{key}.name is not set and {key}.checkpoint {source}: set {key}.name")
+        return name, kwargs
+    file_name, file_kwargs = recorded
+    if name is None:
+        name, kwargs = file_name, {**file_kwargs, **kwargs}
+    if _differing(file_name, file_kwargs, name, kwargs):
+        _refuse(key, checkpoint, file_name, file_kwargs, name, kwargs)
+    return name, {**file_kwargs, **kwargs}
+
+
+def _as_recorded(value: Any) -> Any:
+    """``value`` as a model file records it (JSON: tuples become lists)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _differing(file_name: str, file_kwargs: dict[str, Any], name: str, kwargs: dict[str, Any]) -> list[str]:
+    """The constructor arguments (defaults filled in) whose values differ between the two."""
+    if name.partition(".")[0] != file_name:
+        return ["name"]
+    file_args, args = (_as_recorded(get_model_spec(file_name).arguments(k)) for k in (file_kwargs, kwargs))
+    return [k for k in dict.fromkeys([*file_args, *args]) if k != "num_classes" and file_args.get(k) != args.get(k)]
+
+
+def _refuse(key: str, checkpoint: str | Path, file_name: str, file_kwargs: dict[str, Any], name: str,
+            kwargs: dict[str, Any]) -> NoReturn:
+    if name.partition(".")[0] != file_name:
+        detail = f"architecture: {file_name} in the file, {name} in the config"
+    else:
+        spec = get_model_spec(file_name)
+        file_args, args = _as_recorded(spec.arguments(file_kwargs)), _as_recorded(spec.arguments(kwargs))
+        detail = "; ".join(f"{k}: {file_args.get(k)!r} in the file, {args.get(k)!r} in the config"
+                           for k in _differing(file_name, file_kwargs, name, kwargs))
+    raise CheckpointError(f"{key}.checkpoint={checkpoint} holds a {file_name} that differs from {key}.name/{key}.kwargs "
+                          f"({detail}); set {key}.name=null and drop {key}.kwargs to build the file's architecture")
+
+
+def load_model(path: str | Path) -> nn.Module:
+    """Rebuild a model saved by :func:`~rightreasons.models.weights.save_model` (architecture and arguments come from
+    the file) and load its weights, logit layers and class names (``model.classes``, when the file has them)."""
+    state, metadata = read_state_dict(path)
+    recorded = _recorded(metadata, path)
+    if recorded is None:
+        raise CheckpointError(f"{path}: not a rightreasons model file (no {METADATA_KEY!r} metadata), so it does not "
+                              "say which architecture it holds; name it (a config's model.name, the CLI's --model, "
+                              "or create_model(name, checkpoint=path) in Python)")
+    name, kwargs = recorded
     try:
         with torch.device("meta"):  # check that the file's tensors fit before allocating anything it describes
             fitted = fitted_state(create_model(name, **kwargs), state)

@@ -210,7 +210,8 @@ def download_pretrained(name: str, *, progress: bool = True) -> Path:
         raise WeightsUnavailableError(
             f"the weights {name!r} ({weights.file_name}) are not in {directory} and cannot be downloaded ({reason}). "
             f"Download {weights.url} on a machine with internet access and put it at {target} "
-            f"(the torch hub checkpoint directory; TORCH_HOME moves it), or pass the file directly with "
+            f"(the torch hub checkpoint directory; TORCH_HOME moves it), or name the file directly: in a config "
+            f"model.pretrained=false model.checkpoint=PATH (teacher.checkpoint for a teacher), in Python "
             f"create_model({weights.model!r}, checkpoint=PATH)")
     writable_directory(directory, "torch hub checkpoint directory")
     torch.hub.download_url_to_file(weights.url, str(target), hash_prefix=weights.sha256_prefix, progress=progress)

@@ -54,6 +54,18 @@ class ModelSpec:
             raise UsageError(f"{self.name}: invalid constructor arguments {sorted(kwargs)} ({e}); it accepts "
                              f"{accepted}") from None
 
+    def arguments(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Every constructor argument the builder would receive with ``kwargs``, defaults filled in (to compare two
+        sets of arguments)."""
+        signature = inspect.signature(self.builder)
+        bound = signature.bind(**{**self.defaults, **kwargs})
+        bound.apply_defaults()
+        out = {}
+        for key, value in bound.arguments.items():
+            is_rest = signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD
+            out.update(value if is_rest else {key: value})
+        return out
+
     def build(self, **kwargs: Any) -> Any:
         """The architecture with fresh (random) weights: ``builder(**defaults, **kwargs)``."""
         return self.builder(**{**self.defaults, **kwargs})

@@ -45,8 +45,8 @@ from ..errors import CheckpointError
 from ..fileio import atomic_write
 
 __all__ = ["CLASSES_KEY", "LOGITS_KEY", "LogitBiasWarning", "METADATA_KEY", "RELEASE_LOGIT_BIAS", "RUN_MODEL_FILE",
-           "fitted_state", "load_weights", "model_file", "read_state_dict", "restore_classes", "restore_logit_layers",
-           "save_model"]
+           "fitted_state", "load_weights", "model_file", "read_metadata", "read_state_dict", "restore_classes",
+           "restore_logit_layers", "save_model"]
 
 WRAPPER_PREFIXES = ("0.", "model.", "ema.module.", "module.")
 METADATA_KEY = "rightreasons_model"
@@ -69,6 +69,18 @@ class LogitBiasWarning(UserWarning):
 def _describe(model: nn.Module) -> str:
     args = getattr(model, "model_args", None)
     return args["name"] if args else type(model).__name__
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The metadata of a safetensors weights file, read from its header alone (``{}`` for other formats, which have
+    none); :class:`CheckpointError` when there is no such file."""
+    if not Path(path).is_file():
+        raise CheckpointError(f"checkpoint file not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return dict(f.metadata() or {})
+    except (SafetensorError, OSError):
+        return {}
 
 
 def read_state_dict(path: str | Path) -> tuple[dict[str, Tensor], dict[str, str]]:

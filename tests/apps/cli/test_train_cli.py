@@ -195,3 +195,22 @@ def test_evaluate_takes_every_artefact_of_a_run(workdir, capsys):
         f.write(b"\x00" if f.read(1) != b"\x00" else b"\x01")
     assert main(["evaluate", "--checkpoint", str(best)]) == 2
     assert f"{best}: not an intact checkpoint: model.safetensors" in capsys.readouterr().err
+
+
+def test_a_fine_tuning_takes_the_architecture_of_its_starting_run(workdir, capsys):
+    """Issue 25: ``guide`` from a baseline run need not repeat ``model.name``/``model.kwargs`` (``model.name=null``);
+    a config whose model differs from the baseline's file is refused with the differing argument and the way out."""
+    assert main(["train", "--config", "config.yaml", "output_dir=base", "max_steps=1"]) == 0
+    capsys.readouterr()
+    assert main(["guide", "--config", "config.yaml", "model.checkpoint=base", "max_steps=1",
+                 "model.kwargs={inplanes: 8}"]) == 2
+    error = capsys.readouterr().err
+    assert "model.checkpoint=base/model.safetensors holds a bcos_resnet18" in error
+    assert "inplanes: 4 in the file, 8 in the config" in error and "set model.name=null" in error
+    assert main(["guide", "--config", "config.yaml", "model.checkpoint=base", "max_steps=1", "model.name=null",
+                 "model.kwargs={}"]) == 0
+    summary = json.loads((workdir / "run" / "summary.json").read_text())
+    assert summary["config"]["model"]["name"] is None
+    assert main(["evaluate", "--checkpoint", "run/checkpoints/step-000001"]) == 0  # rebuilt via the baseline's file
+    assert main(["train", "--config", "config.yaml", "model.name=null", "output_dir=x"]) == 2
+    assert "model.name" in capsys.readouterr().err
