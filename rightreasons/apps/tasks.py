@@ -10,12 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from .. import classification, distill, guidance  # noqa: F401  (each registers its task)
 from ..config import apply_overrides, from_dict, read_config
+from ..data import load_dataset
 from ..engine import TrainConfig, get_task, task_for_keys
+from ..engine.artifacts import RunArtifact, locate_artifact
 from ..errors import ConfigError
+from ..models import load_model
 
-__all__ = ["config_for_task", "load_task_config"]
+__all__ = ["config_for_task", "load_task_config", "load_trained", "trained_config"]
 
 
 def config_for_task(name: str | None, data: dict[str, Any], source: str | Path) -> TrainConfig:
@@ -42,3 +47,24 @@ def load_task_config(name: str | None, path: str | Path | None, overrides: list[
     if path is None:
         return config_for_task(name, apply_overrides({}, overrides or []), "the command line")
     return config_for_task(name, read_config(path, overrides), path)
+
+
+def trained_config(artifact: RunArtifact, overrides: list[str] | None = None) -> TrainConfig | None:
+    """The config a run artefact was trained with (with ``key=value`` ``overrides``); ``None`` for a bare model file."""
+    if artifact.config is None:
+        return None
+    data = apply_overrides(artifact.config, overrides or [])
+    return config_for_task(artifact.task, data, artifact.config_source or artifact.weights)
+
+
+def load_trained(path: str | Path, what: str = "--checkpoint") -> tuple[nn.Module, TrainConfig | None]:
+    """The model that a run artefact holds (a run directory, its model file or a checkpoint directory:
+    :func:`~rightreasons.engine.artifacts.locate_artifact`) and the config it was trained with (``None`` for a bare
+    model file). A checkpoint's architecture comes from the config, its classes from the validation data."""
+    artifact = locate_artifact(path, what)
+    config = trained_config(artifact)
+    if artifact.architecture_in_file:
+        return load_model(artifact.weights), config
+    data = config.data
+    dataset = load_dataset(data.name, data.root, data.val_split, **data.options)
+    return classification.trained_model(config, artifact, dataset), config

@@ -1,9 +1,11 @@
 """`rightreasons explain`: explain a B-cos model's decisions on image files.
 
-The model needs weights: `--checkpoint FILE` (a model file written by rightreasons, a release or Lightning
-checkpoint), `--pretrained` (the released ImageNet weights of `--model`), or `--random-weights` to explain an
-untrained network on purpose; without any of them the command refuses to run (an untrained B-cos network gives
-explanations that look plausible and mean nothing).
+The model needs weights: `--checkpoint PATH` (what training wrote — a run directory, its model file or a checkpoint
+directory — or, with `--model`, a release or Lightning checkpoint), `--pretrained` (the released ImageNet weights of
+`--model`), or `--random-weights` to explain an untrained network on purpose; without any of them the command refuses
+to run (an untrained B-cos network gives explanations that look plausible and mean nothing). What the run recorded
+sets the defaults: the image size it trained at (`--size`, else 224), its class names (`--target` takes a name) and
+the link of the loss it trained with (`--probability`).
 
 Each IMAGE is a file, or a directory whose image files (every suffix PIL reads, not recursive, sorted by name) are
 all explained. Per image (shorter side resized to `--size`, centre crop, encoded for the model) it writes to `--out`:
@@ -11,8 +13,8 @@ all explained. Per image (shorter side resized to `--size`, centre crop, encoded
 `<stem>_contributions.png` (`Σ_c W ⊙ x`, blue negative / red positive, symmetric limits) and `<stem>_figure.png`
 (the three side by side, titled with the class name and its probability, with a colour bar). Class names come from
 the weights (released weights, or a model file that names its classes); probabilities are `sigmoid(logit)`, the
-link of the BCE loss B-cos models are trained with, unless `--probability softmax` says the model was trained with
-softmax cross-entropy. One line per image on stdout names the predicted and the explained class.
+link of the BCE loss B-cos models are trained with, unless the run trained with softmax cross-entropy or
+`--probability softmax` says so. One line per image on stdout names the predicted and the explained class.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import non_negative_int, positive_int, torch_device
+from .arguments import positive_int, torch_device
 
 if TYPE_CHECKING:  # torch is imported only when the command runs, so that `--help` starts at once
     from torch import Tensor, nn
 
-__all__ = ["build_model", "expand_images", "load_images", "register", "run", "save_pngs"]
+    from ...engine import TrainConfig
+
+__all__ = ["build_model", "expand_images", "load_images", "register", "run", "save_pngs", "target_class"]
 
 LINKS = {"sigmoid": "bce", "softmax": "ce"}
 """`--probability` choice → the classification loss whose link it is."""
@@ -41,34 +45,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "weights: --checkpoint, --pretrained, or --random-weights on purpose.")
     p.add_argument("images", nargs="+", type=Path, metavar="IMAGE",
                    help="image files (any format PIL reads), or directories: every image file in them")
-    p.add_argument("--model", help="registered B-cos model name (optional with a model file written by rightreasons)")
+    p.add_argument("--model", help="registered B-cos model name (not needed for what rightreasons training wrote)")
     weights = p.add_mutually_exclusive_group()
-    weights.add_argument("--checkpoint", type=Path, help="weights file (release, Lightning or rightreasons checkpoint)")
+    weights.add_argument("--checkpoint", type=Path,
+                         help="a run directory, its model.safetensors or a checkpoint directory (RUN/checkpoints/"
+                              "step-N); with --model any weights file (release, Lightning checkpoint)")
     weights.add_argument("--pretrained", action="store_true", help="the released weights of --model")
     weights.add_argument("--random-weights", action="store_true",
                          help="explain --model with untrained, random weights (for testing the pipeline only)")
     p.add_argument("--num-classes", type=positive_int, help="number of classes of the checkpoint's classifier")
-    p.add_argument("--target", type=non_negative_int,
-                   help="class to explain (default: the predicted class of each image)")
-    p.add_argument("--size", type=positive_int, default=224,
-                   help="resize the shorter side and centre-crop to SIZE (224)")
-    p.add_argument("--probability", choices=sorted(LINKS), default="sigmoid",
+    p.add_argument("--target", help="class to explain, an index or a class name the model knows (default: the "
+                                    "predicted class of each image)")
+    p.add_argument("--size", type=positive_int, default=None,
+                   help="resize the shorter side and centre-crop to SIZE (default: the size the run trained at, "
+                        "else 224)")
+    p.add_argument("--probability", choices=sorted(LINKS), default=None,
                    help="how logits become the probability in the figure title: sigmoid (BCE-trained, the B-cos "
-                        "recipe; default) or softmax (trained with softmax cross-entropy)")
+                        "recipe) or softmax (trained with softmax cross-entropy); default: the run's loss, else "
+                        "sigmoid")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--device", type=torch_device, help="torch device (default: cuda when available, else cpu)")
     p.set_defaults(func=run)
 
 
-def build_model(args: argparse.Namespace) -> nn.Module:
-    """The B-cos model named by `--model` with the requested weights, or the model stored in `--checkpoint`."""
-    from ...models import capabilities, create_model, get_model_spec, load_model
+def build_model(args: argparse.Namespace) -> tuple[nn.Module, TrainConfig | None]:
+    """The B-cos model named by `--model` with the requested weights, or the one a run wrote (`--checkpoint`), and
+    the config it was trained with when the run recorded one."""
+    from ...models import capabilities, create_model, get_model_spec
+    from ..tasks import load_trained
 
+    config = None
     if args.model is None:
         if args.checkpoint is None or args.pretrained or args.random_weights or args.num_classes is not None:
-            raise UsageError("without --model, pass only --checkpoint PATH of a model saved by rightreasons "
-                             "(the file names the architecture and its arguments)")
-        model = load_model(args.checkpoint)
+            raise UsageError("without --model, pass only --checkpoint PATH of what rightreasons training wrote (a run "
+                             "directory, its model file or a checkpoint directory: they name the architecture)")
+        model, config = load_trained(args.checkpoint)
     else:
         get_model_spec(args.model.partition(".")[0])  # an unknown name is reported before missing weights
         if not (args.checkpoint or args.pretrained or args.random_weights):
@@ -81,7 +92,21 @@ def build_model(args: argparse.Namespace) -> nn.Module:
     if not caps.bcos:
         raise UsageError(f"{caps.name} is not a B-cos model: explain needs a dynamic linear B-cos network; see "
                          "`rightreasons models --bcos`")
-    return model.eval()
+    return model.eval(), config
+
+
+def target_class(text: str | None, classes: tuple[str, ...] | None, num_classes: int) -> int | None:
+    """`--target` as a class index: an index below ``num_classes`` or one of the model's class names."""
+    if text is None:
+        return None
+    if text.isdigit():
+        if int(text) >= num_classes:
+            raise UsageError(f"--target {text}: the model has {num_classes} classes (0 to {num_classes - 1})")
+        return int(text)
+    if classes and text in classes:
+        return classes.index(text)
+    known = f"one of its class names {list(classes)}" if classes else "an index (the model records no class names)"
+    raise UsageError(f"--target {text!r}: expected a class index or {known}")
 
 
 def expand_images(paths: list[Path]) -> list[Path]:
@@ -156,13 +181,18 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     paths = expand_images(args.images)
     writable_directory(args.out, "--out", create=False)
-    model = build_model(args).to(device)
+    model, config = build_model(args)
+    model = model.to(device)
     caps = capabilities(model)
-    x = load_images(paths, args.size, caps.encoding).to(device)
+    target = target_class(args.target, caps.classes, caps.num_classes)
+    size = args.size or (config.data.image_size if config is not None else 224)
+    link = LINKS[args.probability] if args.probability else \
+        "bce" if config is None or config.loss.classification == "auto" else config.loss.classification
+    x = load_images(paths, size, caps.encoding).to(device)
     writable_directory(args.out, "--out")
     for path, stem, xi in zip(paths, _output_stems(paths), x):
-        result = explain(model, xi[None], target=args.target)
-        probabilities = class_probabilities(result.logits, LINKS[args.probability])[0]
+        result = explain(model, xi[None], target=target)
+        probabilities = class_probabilities(result.logits, link)[0]
         predicted, target = int(result.logits.argmax(1)), int(result.target)
         caption = prediction_caption(probabilities, target, caps.classes, result.logits[0])
         save_pngs(args.out, stem, xi, result.weights[0], title=f"{path.name}: {caption}")

@@ -77,16 +77,15 @@ def run_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, Pat
     """The config of the run that wrote ``checkpoint`` (a run directory, its model file or a checkpoint directory:
     :func:`~rightreasons.engine.artifacts.locate_artifact`) with ``overrides``, and the file it was read from;
     :class:`UsageError` for a model file without its run's summary."""
-    from ...config import apply_overrides
     from ...engine.artifacts import locate_artifact
-    from ..tasks import config_for_task
+    from ..tasks import trained_config
 
     artifact = locate_artifact(checkpoint, "--checkpoint")
-    if artifact.config is None:
+    config = trained_config(artifact, overrides)
+    if config is None:
         raise UsageError(f"no {SUMMARY} beside {checkpoint}, so the config it was trained with is unknown (a finished "
                          f"run writes {SUMMARY} next to its model.safetensors); pass --config FILE with that config")
-    source = artifact.config_source
-    return config_for_task(artifact.task, apply_overrides(artifact.config, overrides), source), source
+    return config, artifact.config_source
 
 
 def run_evaluate(args: argparse.Namespace) -> int:

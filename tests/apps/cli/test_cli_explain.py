@@ -65,7 +65,7 @@ def test_target_and_model_name(tmp_path, images, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--model", "resnet18", "--random-weights"], "resnet18 is not a B-cos model"),
     (["--model", "bcos_cifar10_resnet20", "--random-weights", "--target", "10"],
-     r"target classes must lie in \[0, 9\]"),
+     r"--target 10: the model has 10 classes \(0 to 9\)"),
     (["--model", "bcos_cifar10_resnet20", "--random-weights", "missing.png"], "missing.png: image file not found"),
     (["--pretrained"], "without --model, pass only --checkpoint"),
     (["--random-weights"], "without --model, pass only --checkpoint"),

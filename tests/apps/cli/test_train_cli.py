@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from rightreasons.apps.cli import main
 from rightreasons.data import GROUP_NAMES
@@ -214,3 +215,31 @@ def test_a_fine_tuning_takes_the_architecture_of_its_starting_run(workdir, capsy
     assert main(["evaluate", "--checkpoint", "run/checkpoints/step-000001"]) == 0  # rebuilt via the baseline's file
     assert main(["train", "--config", "config.yaml", "model.name=null", "output_dir=x"]) == 2
     assert "model.name" in capsys.readouterr().err
+
+
+def test_explain_uses_what_the_run_recorded(workdir, capsys):
+    """Issue 25: ``explain`` of a run (directory or checkpoint) explains at the size the run trained at (32 px, not
+    224), takes a class name for ``--target`` and the run's loss link for the probability."""
+    assert main(["train", "--config", "config.yaml", "max_steps=1"]) == 0
+    image = next((workdir / "wb").rglob("*.jpg"))
+    for source in ("run", "run/checkpoints/step-000001"):
+        capsys.readouterr()
+        assert main(["explain", str(image), "--checkpoint", source, "--target", "waterbird", "--out", "figs"]) == 0
+        line = capsys.readouterr().out
+        assert "explained class 1 (waterbird" in line, line
+        with Image.open(workdir / "figs" / f"{image.stem}_input.png") as png:
+            assert png.size == (32, 32)
+    assert main(["explain", str(image), "--checkpoint", "run", "--target", "heron", "--out", "figs"]) == 2
+    assert "--target 'heron': expected a class index or one of its class names ['landbird', 'waterbird']" in \
+        capsys.readouterr().err
+    assert main(["train", "--config", "config.yaml", "max_steps=1", "loss.classification=ce", "output_dir=ce",
+                 "model.kwargs={inplanes: 4, logit_bias: 2.0}"]) == 0  # the bias tells sigmoid and softmax apart
+    capsys.readouterr()
+    assert main(["explain", str(image), "--checkpoint", "ce", "--out", "figs"]) == 0
+    from rightreasons.apps.cli.explain import load_images
+    from rightreasons.explain import explain
+    from rightreasons.models import load_model
+    result = explain(load_model(workdir / "ce" / "model.safetensors").eval(), load_images([image], 32))
+    target, logits = int(result.target[0]), result.logits[0]
+    softmax, sigmoid = (f"p={float(p[target]):.3f})" for p in (logits.softmax(0), logits.sigmoid()))
+    assert softmax != sigmoid and softmax in capsys.readouterr().out  # the run's CE link, not the default sigmoid
