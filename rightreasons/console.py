@@ -31,7 +31,8 @@ import os
 import re
 import sys
 
-__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "WARNINGS_LOGGER", "configure_logging", "plain_text", "set_threads"]
+__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "WARNINGS_LOGGER", "configure_logging", "count", "plain_text",
+           "set_threads"]
 
 LOGGER_NAME = "rightreasons"
 """The root of the package's logger hierarchy."""
@@ -125,3 +126,9 @@ def plain_text(text: str) -> str:
     for pattern, replacement in _MARKUP:
         text = pattern.sub(replacement, text)
     return text
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun`` in the number that reads right: ``count(1, "image")`` is "1 image", ``count(3, "epoch")``
+    "3 epochs" (thousands separated)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -56,8 +56,9 @@ from typing import Any
 import yaml
 
 from ..config import read_yaml, to_dict
-from ..engine import task_names
+from ..console import count
 from ..data import default_test_split
+from ..engine import task_names
 from ..engine.grid import GridRun, run_grid
 from ..errors import ConfigError, RightReasonsError
 from ..fileio import writable_directory, write_json_atomic, write_text_atomic
@@ -343,7 +344,8 @@ def write_report(points: Sequence[dict[str, Any]], missing: Sequence[str], out: 
     front_rows = [{**p, **{k: cell({"mean": p[k], "std": p[f"{k}_std"]}) for k in OBJECTIVES}} for p in front]
     runs = len({m["run"] for p in points for m in p["members"]})
     text = [f"# {title}\n",
-            f"{len(points)} validations (settings × steps, mean ± std over seeds) of {runs} runs. Representative: "
+            f"{count(len(points), 'validation')} (settings × steps, mean ± std over seeds) of {count(runs, 'run')}. "
+            "Representative: "
             "per group, the setting and step with the highest validation EPG within 5 p.p. of the group's best "
             "validation score (thesis §7.2), chosen on the validation split only; then each of its seeds is scored "
             "once on the test split. Values in %.\n", "## Representatives\n"]

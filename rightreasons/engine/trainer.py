@@ -59,6 +59,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ..config import diff_configs, to_dict
+from ..console import count
 from ..data import collate
 from ..errors import TrainingError, UsageError
 from ..faults import boundary
@@ -156,7 +157,7 @@ class Trainer:
                             num_workers=data.num_workers, drop_last=True)
         if len(loader) == 0:
             raise TrainingError(f"data.batch_size={data.batch_size} is larger than the training set "
-                                f"({len(self.train_set)} images)")
+                                f"({count(len(self.train_set), 'image')})")
         self.steps_per_epoch = math.ceil(len(loader) / optim.grad_accumulation)
         total = optim.epochs * self.steps_per_epoch
         self.total_steps = min(total, config.max_steps) if config.max_steps else total

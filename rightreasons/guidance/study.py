@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..config import FieldError, expect
+from ..console import count
 from ..data import AnnotatedDataset, SyntheticConfig, load_dataset
 from ..engine.grid import GridRun, read_summary, run_grid
 from ..errors import ConfigError, UsageError
@@ -220,8 +221,9 @@ def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
         "# Guidance study on synthetic-birds\n",
         f"{study.trainings} trainings: {len(study.variants)} data variant(s) × {study.seeds} seed(s) × (baseline + "
         f"{len(study.annotated_fraction)} box fraction(s) × {len(study.methods)} method(s)). Baseline: {r.model} "
-        f"({r.model_kwargs}), {r.baseline_epochs} epochs, lr {r.baseline_lr:g}; guided: fine-tunings of it for "
-        f"{r.guided_epochs} epochs, lr {r.guided_lr:g} ({methods}); with fewer than {r.min_annotated_per_batch} "
+        f"({r.model_kwargs}), {count(r.baseline_epochs, 'epoch')}, lr {r.baseline_lr:g}; guided: fine-tunings of it "
+        f"for {count(r.guided_epochs, 'epoch')}, lr {r.guided_lr:g} ({methods}); with fewer than "
+        f"{r.min_annotated_per_batch} "
         f"annotated images per batch on average, every batch holds {r.min_annotated_per_batch}. Every training "
         f"exports its checkpoint with the best validation {r.select} (group-balanced validation split); the test "
         f"split is only reported. val. {r.select}: the validation score that chose the checkpoint; the other columns: "

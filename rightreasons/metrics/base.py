@@ -99,7 +99,8 @@ class GroupedRate(Metric):
 
     :meth:`compute` returns a dict of tensors: ``name`` (overall rate), ``worst_group_<name>``, ``worst_group`` (its
     index) and ``<name>/<group name>`` for every group that has samples (groups without samples are left out rather
-    than reported as NaN). ``name`` is the subclass's ``rate_name`` (``"accuracy"``, ``"agreement"``).
+    than reported as NaN). ``name`` is the subclass's ``rate_name`` (``"accuracy"``, ``"agreement"``). With one
+    group (data without groups, e.g. VOC) only ``name``: a worst group of one would repeat it under a misleading name.
     """
 
     is_differentiable = False
@@ -142,8 +143,10 @@ class GroupedRate(Metric):
         name = self.rate_name
         present = self.seen > 0
         rates = self.hits.float() / self.seen.clamp(min=1)
+        out = {name: self.hits.sum().float() / self.seen.sum()}
+        if self.num_groups == 1:
+            return out
         worst = torch.where(present, rates, torch.inf).argmin()
-        out = {name: self.hits.sum().float() / self.seen.sum(),
-               f"worst_group_{name}": rates[worst], "worst_group": worst}
+        out.update({f"worst_group_{name}": rates[worst], "worst_group": worst})
         out.update({f"{name}/{self.group_names[g]}": rates[g] for g in range(self.num_groups) if present[g]})
         return out

@@ -8,16 +8,37 @@ logits and applies the sigmoid itself, so torchmetrics never has to guess whethe
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MultilabelAveragePrecision, MultilabelF1Score
+from torchmetrics.utilities import dim_zero_cat
 
 from .base import GroupedRate, top1
 
-__all__ = ["GroupAccuracy", "MultiLabelClassification", "group_accuracy"]
+__all__ = ["GroupAccuracy", "MeanAveragePrecision", "MultiLabelClassification", "group_accuracy"]
+
+
+class MeanAveragePrecision(MultilabelAveragePrecision):
+    """Macro average precision over the classes with at least one positive label.
+
+    torchmetrics' macro mean gives a class without positives AP 0 (and warns at every call), which lowers the mean on
+    any split that lacks a class — common on small or filtered data. Such a class is left out here instead (the
+    convention of scikit-learn's and the VOC/COCO evaluation tools' per-class means); NaN when no class has a positive.
+    """
+
+    def __init__(self, num_classes: int, **kwargs) -> None:
+        super().__init__(num_classes, average=None, **kwargs)
+
+    def compute(self) -> Tensor:  # type: ignore[override]
+        with warnings.catch_warnings():  # the classes it warns about are dropped below
+            warnings.filterwarnings("ignore", "No positive samples found in target", UserWarning)
+            per_class = super().compute()
+        present = (dim_zero_cat(self.target) == 1).any(0)
+        return per_class[present].mean() if present.any() else per_class.new_tensor(float("nan"))
 
 
 class MultiLabelClassification(MetricCollection):
@@ -25,14 +46,15 @@ class MultiLabelClassification(MetricCollection):
 
     ``update(logits [N, K], labels [N, K] multi-hot)``; ``compute()`` returns ``{"f1": micro F1, "f1_per_class": [K],
     "map": macro average precision}``. F1 uses ``sigmoid(logits) > threshold`` (default 0.5); AP is threshold-free.
-    A class without any positive label in the evaluated data has AP 0 in the macro mean (torchmetrics warns).
+    The macro mean runs over the classes with at least one positive label in the evaluated data: the AP of a class
+    without positives is undefined (:class:`MeanAveragePrecision`).
     """
 
     def __init__(self, num_classes: int, threshold: float = 0.5, **kwargs) -> None:
         super().__init__({
             "f1": MultilabelF1Score(num_classes, threshold=threshold, average="micro"),
             "f1_per_class": MultilabelF1Score(num_classes, threshold=threshold, average=None),
-            "map": MultilabelAveragePrecision(num_classes, average="macro"),
+            "map": MeanAveragePrecision(num_classes),
         }, **kwargs)
         self.num_classes = num_classes
 

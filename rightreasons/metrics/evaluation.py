@@ -65,7 +65,8 @@ def has_boxes(dataset: Any) -> bool:
 
 def format_results(results: dict[str, Any]) -> str:
     """Evaluation results as one line for the console, every metric by name: numbers with four decimals, names
-    as they are, per-class lists by their length (they are in ``metrics.jsonl``); ``score`` names its metric."""
+    as they are, per-class lists and mappings by their length (they are in ``metrics.jsonl``); ``score`` names its
+    metric."""
     parts = []
     for key in sorted(results, key=lambda k: k != "score"):  # the score first, the rest in their order
         value = results[key]
@@ -73,7 +74,7 @@ def format_results(results: dict[str, Any]) -> str:
             continue
         if isinstance(value, float):
             text = f"{value:.4f}"
-        elif isinstance(value, (list, tuple)):
+        elif isinstance(value, (list, tuple, dict)):
             text = f"[{len(value)} values]"
         else:
             text = str(value)
@@ -95,15 +96,21 @@ def plain_numbers(results: dict[str, Tensor], prefix: str = "") -> dict[str, Any
 class ClassificationEvaluator:
     """Accuracy (overall, per group, worst group) on single-label data; micro F1, per-class F1 and mAP on
     multi-label data. ``score`` is the accuracy or the F1: the number model selection maximises; ``score_metric``
-    says which. ``worst_group`` is the worst group's name (grouped data only).
+    says which. ``worst_group`` is the worst group's name (grouped data only); ``f1_per_class`` maps class names to
+    F1 when the classes are named, else lists it by class index.
 
     Args:
         num_classes: the model's classes.
         multilabel: score multi-label (F1/mAP) instead of top-1 accuracy.
         group_names: names of the dataset's groups (``batch["group"]``) for per-group accuracy, or ``None``.
+        class_names: names of the ``num_classes`` classes, or ``None``.
     """
 
-    def __init__(self, num_classes: int, multilabel: bool, group_names: Sequence[str] | None = None) -> None:
+    def __init__(self, num_classes: int, multilabel: bool, group_names: Sequence[str] | None = None,
+                 class_names: Sequence[str] | None = None) -> None:
+        if class_names is not None and len(class_names) != num_classes:
+            raise ValueError(f"ClassificationEvaluator: {len(class_names)} class names for {num_classes} classes")
+        self.class_names = None if class_names is None else [str(c) for c in class_names]
         self.multilabel = multilabel
         self.grouped = bool(group_names) and not multilabel
         self.metric = MultiLabelClassification(num_classes) if multilabel else \
@@ -112,7 +119,7 @@ class ClassificationEvaluator:
     @classmethod
     def for_dataset(cls, dataset: Any) -> ClassificationEvaluator:
         """The evaluator that fits ``dataset`` (its classes, whether it is multi-label, its groups)."""
-        return cls(dataset.num_classes, is_multilabel(dataset), dataset.group_names)
+        return cls(dataset.num_classes, is_multilabel(dataset), dataset.group_names, getattr(dataset, "classes", None))
 
     def update(self, model: nn.Module, batch: dict[str, Any], logits: Tensor) -> None:
         self.metric.to(logits.device)
@@ -123,10 +130,10 @@ class ClassificationEvaluator:
 
     def compute(self) -> dict[str, Any]:
         results = plain_numbers(self.metric.compute())
-        if not self.multilabel:
-            worst = results.pop("worst_group")
-            if self.grouped:
-                results["worst_group"] = self.metric.group_names[worst]
+        if "worst_group" in results:  # grouped data: the worst group by name
+            results["worst_group"] = self.metric.group_names[results["worst_group"]]
+        if "f1_per_class" in results and self.class_names is not None:
+            results["f1_per_class"] = dict(zip(self.class_names, results["f1_per_class"]))
         results["score_metric"] = "f1" if self.multilabel else "accuracy"
         results["score"] = results[results["score_metric"]]
         return results

@@ -30,6 +30,10 @@ def test_the_worst_group_is_named_and_the_score_says_which_metric_it_is():
     labels = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
     multi = _score(ClassificationEvaluator(3, True), 10 * labels - 5, labels)
     assert multi["score_metric"] == "f1" and multi["score"] == multi["f1"] == 1.0 and "worst_group" not in multi
+    assert multi["f1_per_class"] == [1.0, 1.0, 1.0]
+    named = _score(ClassificationEvaluator(3, True, class_names=["cat", "dog", "car"]), 10 * labels - 5, labels)
+    assert named["f1_per_class"] == {"cat": 1.0, "dog": 1.0, "car": 1.0}  # issue 25: per-class F1 by class name
+    assert "worst_group_accuracy" not in plain  # issue 25: no worst group of one group
 
 
 def test_results_read_as_one_line_with_every_metric_by_name():

@@ -19,6 +19,15 @@ def test_multilabel_hand_computed():
     assert out["map"].item() == pytest.approx((1 + 1 + 0.5) / 3)
 
 
+def test_the_mean_ap_leaves_out_classes_without_positives_silently(recwarn):
+    """Issue 25: torchmetrics counted a class absent from the data as AP 0 and warned at every validation."""
+    labels = torch.tensor([[1, 0, 0], [0, 1, 0]])  # class 2 has no positive
+    out = MultiLabelClassification(3)(LOGITS, labels)
+    assert out["map"].item() == pytest.approx((1 + 1) / 2)
+    assert not [w for w in recwarn if "No positive samples" in str(w.message)]
+    assert torch.isnan(MultiLabelClassification(3)(LOGITS, torch.zeros(2, 3, dtype=torch.long))["map"])
+
+
 def test_positive_logits_below_one_count_as_positive_predictions():
     # torchmetrics would read values in [0, 1] as probabilities; we always pass sigmoid(logits).
     metric = MultiLabelClassification(2)

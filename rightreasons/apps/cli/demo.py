@@ -3,6 +3,10 @@ benchmark, evaluated on its balanced test split, with a report.
 
     rightreasons demo                     # 3 seeds, about 11 minutes on 2 CPU cores; writes runs/demo/report.md
     rightreasons demo --quick --out /tmp/demo   # 1 seed, fewer images and epochs, <= 2 minutes
+
+The demo's models are tiny (width-8 ResNets at 32–64 px), so torch's intra-op threads cost more than they gain: on
+the 2-core machine a guided run took 17 s on one thread and 128 s on two (``docs/cli.md``). It runs on one thread
+unless ``--threads`` says otherwise.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
+    from ...console import set_threads
     from ..demo import DemoSettings, run_demo
 
+    if args.threads is None:
+        set_threads(1)
     settings = DemoSettings.quick(args.seeds) if args.quick else DemoSettings.full(args.seeds)
     run_demo(args.out, settings)
     print(args.out / "report.md")

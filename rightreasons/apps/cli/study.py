@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...console import count
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("study", help="run a robustness study (guidance over a grid of data variants)",
@@ -36,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {variant.label}")
         return 0
     results = run_study(study, args.out)
-    print(f"wrote {args.out / 'study.md'} ({len(results['records'])} runs scored)")
+    print(f"wrote {args.out / 'study.md'} ({count(len(results['records']), 'run')} scored)")
     return 0

@@ -8,6 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ...console import count
 from ...errors import UsageError
 
 
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     paths, points, missing = report_runs(runs, report, f"Pareto report: {', '.join(g.stem for g in args.grids)}",
                                          args.test_split, test=not args.no_test)
     if paths:
-        print(f"report: {paths['markdown']} ({points} validations, {len(missing)} runs without a summary)")
+        print(f"report: {paths['markdown']} ({count(points, 'validation')}, {count(len(missing), 'run')} without "
+              "a summary)")
     else:
         print(f"no run of {len(runs)} has a summary with score, EPG and IoU yet; no report written")
     if failed:

@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import nn
 
+from ...console import count
 from ...data import GROUP_NAMES
 from ...distill import MODE_LABELS, DistillationRun, EvalDataConfig, FidelityEvaluator, distill_in_process
 from ...engine.grid import GridRun, run_grid
@@ -74,7 +75,8 @@ def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], teacher: dict
     rows = [{"model": MODE_LABELS[m], **{k: cell(summary[m][k]) for k in DISTILL_METRICS}} for m in d.modes]
     text = [f"Teacher: the `{d.teacher}` model of each seed (test accuracy {cell(teacher['accuracy'])}, OOD groups "
             f"G2/G3 {cell(teacher['G2'])} / {cell(teacher['G3'])} %). Student: {d.student} ({kwargs}), trained "
-            f"from scratch on the biased training split for {d.epochs} epochs (Adam, lr {d.lr:g}, cosine) with KD "
+            f"from scratch on the biased training split for {count(d.epochs, 'epoch')} (Adam, lr {d.lr:g}, cosine) "
+            "with KD "
             f"(τ = {d.temperature:g}) and, for e²KD, λ = {d.explanation_weight:g} · (1 − cos) between the "
             "teacher's and the student's B-cos explanations W(x) of the teacher's top-1 class; the frozen run "
             "reads them from a cache written once on the un-augmented images and crops and flips them with the "

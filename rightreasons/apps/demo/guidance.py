@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ...console import count
 from ...data import GROUP_NAMES
 from ...classification import TrainingRun
 from ...engine.grid import GridRun, run_grid
@@ -108,8 +109,9 @@ def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], checks: list[
                             else "") for v in s.variants)
     r = s.recipe
     kwargs = ", ".join(f"{k}={v}" for k, v in r.model_kwargs.items())
-    text = [f"Baseline: {r.model} ({kwargs}) trained for {r.baseline_epochs} epochs (Adam, lr "
-            f"{r.baseline_lr:g}, cosine). Guided models fine-tune it for {r.guided_epochs} epochs (lr {r.guided_lr:g}) "
+    text = [f"Baseline: {r.model} ({kwargs}) trained for {count(r.baseline_epochs, 'epoch')} (Adam, lr "
+            f"{r.baseline_lr:g}, cosine). Guided models fine-tune it for {count(r.guided_epochs, 'epoch')} "
+            f"(lr {r.guided_lr:g}) "
             f"with a localisation loss on B-cos contributions at the input, boxes on {s.annotated_fraction:.0%} of "
             f"the training images unless said otherwise ({variants}). Every training exports the checkpoint with the "
             "best worst-group accuracy on the group-balanced validation split; the test split is only reported. "

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...console import count
 from ...version import __version__
 from ...data import AnnotatedDataset, load_dataset, transforms_for
 from ...fileio import writable_directory, write_text_atomic
@@ -101,7 +102,8 @@ def _report(ctx: DemoContext) -> str:
              f"background. In training the background matches the class in "
              f"{s.data.correlation:.0%} of the images (100 % in Waterbirds-100), a shortcut "
              "easier to learn than the shape; the validation split (which chooses every checkpoint) and the test "
-             f"split ({s.recipe.test_images} images, only reported) are balanced over the groups G1 landbird/land, "
+             f"split ({count(s.recipe.test_images, 'image')}, only reported) are balanced over the groups "
+             "G1 landbird/land, "
              "G2 landbird/water, G3 waterbird/land, G4 waterbird/water. "
              f"Mean ± std over {s.seeds} seed(s); all numbers are also in `results.json`.\n"]
     for title, body in ctx.sections:
