@@ -5,8 +5,9 @@ engine's task registry, so a new task appears by itself) and the guidance study 
 values and description. Each comes from one place in the code:
 
 * type and default: the dataclass field (``Literal`` choices are part of the type);
-* allowed values: the ``expect(ok, "key", value, "what")`` checks of the section's ``__post_init__``, quoted as the
-  error message quotes them;
+* allowed values: the ``expect(ok, "key", value, "what")`` checks of the section's ``__post_init__`` (and of the
+  sections it extends) whose expectation is a literal, quoted as the error message quotes them; the key may also be
+  the variable of a loop over literal names;
 * description: the field's attribute docstring, the string right below the field::
 
       lr: float = 1e-4
@@ -28,7 +29,6 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
-
 
 from ..config import type_name, yaml_value
 from ..engine import get_task, task_names
@@ -131,7 +131,7 @@ def describe(cls: type, prefix: str = "") -> list[Key]:
             "__annotations__", {}))
         docs.update(_field_docs(base))
         for key, expected in _checks(base).items():
-            checks[key] = [*checks.get(key, []), *(e for e in expected if e not in checks.get(key, []))]
+            checks[key] = list(dict.fromkeys([*checks.get(key, []), *expected]))
     keys = []
     for f in dataclasses.fields(cls):
         tp, path = hints[f.name], prefix + f.name
@@ -177,8 +177,8 @@ do not edit: change the field's docstring (the string below the field) and regen
 A config is a YAML file of the sections below; `KEY=VALUE` arguments after it (`--set KEY=VALUE` for a study)
 override single keys (`optim.lr=1e-4`, `model.kwargs={inplanes: 16}`), parsed as YAML values. Every key is checked
 when the config is read, before any work starts: an unknown or misspelt key, a value of the wrong type or out of the
-allowed range is one `error:` line naming the key. *Allowed* quotes the checks of each key (the types and choices of the *Type*
-column are checked as well); a config of one command lists only the keys it adds to the one it extends.
+allowed range is one `error:` line naming the key. *Allowed* quotes the checks of each key (the types and choices
+of the *Type* column are checked as well); a config of one command lists only the keys it adds to the one it extends.
 """
 
 
