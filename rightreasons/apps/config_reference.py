@@ -13,8 +13,10 @@ values and description. Each comes from one place in the code:
       lr: float = 1e-4
       \"\"\"Peak learning rate of the schedule.\"\"\"
 
-A key without one is listed by :func:`undocumented` (``tests/apps/test_config_reference.py`` fails on it). Regenerate
-the page with ``python -m rightreasons.apps.config_reference docs/config.md``; a test checks that it is up to date.
+The page ends with the options of each dataset's loader (``data.options``, not a dataclass: the loaders' keyword
+parameters and their defaults). A key without a description is listed by :func:`undocumented`
+(``tests/apps/test_config_reference.py`` fails on it). Regenerate the page with
+``python -m rightreasons.apps.config_reference docs/config.md``; a test checks that it is up to date.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..config import type_name, yaml_value
+from ..data import COMMON_OPTIONS, DATASETS
+from ..data.base import AnnotatedDataset
 from ..engine import get_task, task_names
+from ..engine.config import RESERVED_DATA_OPTIONS
 from ..fileio import write_text_atomic
 from ..guidance.study import GuidanceStudy
 from . import tasks  # noqa: F401  (each feature registers its task)
@@ -182,6 +187,29 @@ of the *Type* column are checked as well); a config of one command lists only th
 """
 
 
+def _options(callable_: Any, names: Any) -> dict[str, str]:
+    """The keyword parameters ``names`` of ``callable_`` with their defaults as YAML text."""
+    parameters = inspect.signature(callable_).parameters
+    return {name: yaml_value(parameters[name].default) for name in names}
+
+
+def _dataset_options() -> list[str]:
+    """The section on ``data.options``: each dataset's own options and the common ones, with defaults."""
+    common = _options(AnnotatedDataset.__init__, [o for o in COMMON_OPTIONS if o not in RESERVED_DATA_OPTIONS])
+    lines = ["## `data.options`", "", "The options each dataset's loader takes in `data.options` (and "
+             "`distill.eval_data.options`); an unknown option is refused with the valid ones. They are described "
+             "with each dataset's class on the [data API page](api/data.md); a null default of a synthetic dataset "
+             "stands for the generator's own.", "",
+             "| Dataset | Options (default) |", "|---|---|"]
+    for name, builder in DATASETS.items():
+        own = _options(builder, [p for p in inspect.signature(builder).parameters if p not in ("root", "split",
+                                                                                             "options")])
+        lines.append(f"| `{name}` | {', '.join(f'`{k}: {_cell(v)}`' for k, v in own.items())} |")
+    lines.append(f"| every dataset | {', '.join(f'`{k}: {_cell(v)}`' for k, v in common.items())} (a dataset's own "
+                 "default first) |")
+    return [*lines, ""]
+
+
 def reference() -> str:
     """The Markdown of the config reference page."""
     configs = _configs()
@@ -198,7 +226,7 @@ def reference() -> str:
             reads = f": every key of {headings[parent]}, plus"
         lines += [f"## {heading}", "", f"`{command}` reads a `{cls.__name__}` (`{cls.__module__}`){reads}", "",
                   *_table(keys), ""]
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join([*lines, *_dataset_options()]).rstrip() + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
