@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(PY) scripts/bench.py
 
 docs: $(STAMP)
+	$(PY) -m rightreasons.apps.config_reference docs/config.md
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:

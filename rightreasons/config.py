@@ -26,7 +26,8 @@ import yaml
 from .errors import ConfigError
 
 __all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "construct", "convert_arguments", "diff_configs", "excerpt",
-           "expect", "from_dict", "load_config", "read_config", "read_yaml", "to_dict"]
+           "expect", "from_dict", "load_config", "read_config", "read_yaml", "to_dict", "type_name",
+           "yaml_value"]
 
 T = TypeVar("T")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -104,14 +105,15 @@ def read_yaml(text: str) -> Any:
     return data
 
 
-def _type_name(tp: Any) -> str:
+def type_name(tp: Any) -> str:
+    """Annotation ``tp`` as a config's reader names it: ``int | null``, ``'no' | 'bf16'``, ``list[float]``."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin in (Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+        return " | ".join(type_name(a) for a in typing.get_args(tp))
     if origin is not None:
-        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in typing.get_args(tp))}]"
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
@@ -126,7 +128,7 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         return from_dict(tp, value, path)
     if origin is Literal:
         if not isinstance(value, (str, int, float, bool, type(None))) or value not in typing.get_args(tp):
-            raise ConfigError(f"{path}: {excerpt(value)} is not one of {_type_name(tp)}")
+            raise ConfigError(f"{path}: {excerpt(value)} is not one of {type_name(tp)}")
         return value
     if origin in (Union, types.UnionType):
         for option in typing.get_args(tp):
@@ -134,7 +136,7 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 return _convert(value, option, path)
             except ConfigError:
                 continue
-        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {excerpt(value)} ({type(value).__name__})")
+        raise ConfigError(f"{path}: expected {type_name(tp)}, got {excerpt(value)} ({type(value).__name__})")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}: expected a list, got {excerpt(value)}")
@@ -270,6 +272,12 @@ def _checked(config: T, path: str) -> T:
 def to_dict(config: Any) -> dict[str, Any]:
     """A plain, YAML/JSON-serialisable dict of a config dataclass."""
     return dataclasses.asdict(config)
+
+
+def yaml_value(value: Any) -> str:
+    """``value`` as the YAML text that ``key=value`` overrides parse back to the same value (one line)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip()
+    return text[:-3].strip() if text.endswith("\n...") else text
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -1,5 +1,6 @@
 """The documentation site builds with mkdocs in strict mode (every warning fails), what `make docs` runs; its API
-pages are generated from the docstrings and show no reStructuredText markup."""
+pages are generated from the docstrings and show no reStructuredText markup, and every part of the package has one;
+the quickstarts are the README's, included."""
 
 from __future__ import annotations
 
@@ -9,8 +10,35 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 MARKUP = re.compile(r":(?:func|class|mod|meth|data|attr):`|``")
+PACKAGE = ROOT / "rightreasons"
+DIRECTIVE = re.compile(r"^::: (rightreasons[\w.]*)", re.MULTILINE)
+
+
+def _public_parts() -> list[str]:
+    """Every package of rightreasons (``rightreasons.data.prepare`` too) and every module at its top level."""
+    packages = [".".join(init.parent.relative_to(ROOT).parts) for init in PACKAGE.rglob("__init__.py")]
+    modules = [f"rightreasons.{path.stem}" for path in PACKAGE.glob("*.py") if not path.stem.startswith("_")]
+    return sorted(set(packages) | set(modules))
+
+
+def _nav_pages(nav: list) -> list[str]:
+    return [page for item in nav for value in item.values()
+            for page in (_nav_pages(value) if isinstance(value, list) else [value])]
+
+
+def test_every_package_and_foundation_module_has_an_api_page():
+    pages = sorted((ROOT / "docs" / "api").glob("*.md"))
+    documented = {name for page in pages for name in DIRECTIVE.findall(page.read_text(encoding="utf-8"))}
+    missing = [part for part in _public_parts()
+               if not any(name == part or name.startswith(part + ".") for name in documented)]
+    assert not missing, f"parts of the package without an API page (add `::: NAME` to a docs/api page): {missing}"
+    nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    assert [f"api/{page.name}" for page in pages if f"api/{page.name}" not in nav] == []
+    assert {"config.md", "quickstarts.md"} <= set(nav)
 
 
 def test_the_site_builds_strictly_with_api_pages_from_the_docstrings(tmp_path):
@@ -23,7 +51,15 @@ def test_the_site_builds_strictly_with_api_pages_from_the_docstrings(tmp_path):
     for documented in ("rightreasons.models.factory.create_model", "LogitBiasWarning", "transforms", "Raises"):
         assert documented in models, documented
     pages = list(site.rglob("*.html"))
-    assert len(pages) >= 8
+    assert len(pages) >= 20
     leftovers = [str(p.relative_to(site)) for p in pages if MARKUP.search(p.read_text(encoding="utf-8"))]
     assert not leftovers
     assert (site / "cli" / "index.html").is_file() and not (site / "griffe_markup.py").exists()
+    guidance = (site / "api" / "guidance" / "index.html").read_text(encoding="utf-8")
+    assert "rightreasons.guidance.config.GuidanceConfig" in guidance and "annotated_per_batch" in guidance
+    assert "bfloat16" in (site / "config" / "index.html").read_text(encoding="utf-8")
+    quickstarts = (site / "quickstarts" / "index.html").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for heading in ("PASCAL VOC 2007", "MS COCO 2014", "Waterbirds-100"):  # the README's sections, included
+        assert f"### {heading}" in readme and f">{heading}<" in quickstarts.replace('<a class="headerlink"', "<")
+    assert "--8&lt;--" not in quickstarts and "VOCdevkit" in quickstarts

@@ -43,7 +43,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import math
 import os
 import re
 import shlex
@@ -55,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from ..config import read_yaml, to_dict
+from ..config import read_yaml, to_dict, yaml_value
 from ..console import count
 from ..data import default_test_split
 from ..engine import task_names
@@ -94,7 +93,7 @@ class Run(GridRun):
     def load(cls, name: str, group: str, command: str, base: Path, overrides: Sequence[str], output_dir: Path,
              params: Mapping[str, Any] | None = None) -> Run:
         """The run with its config validated, exactly as its command would load it."""
-        overrides = (*overrides, f"output_dir={_yaml_value(str(output_dir))}")
+        overrides = (*overrides, f"output_dir={yaml_value(str(output_dir))}")
         return cls(name, load_task_config(command, base, list(overrides)), dict(params or {}), group, command, base,
                    overrides)
 
@@ -102,12 +101,6 @@ class Run(GridRun):
         """The command line; ``launcher`` runs a module (``python``, ``accelerate launch``, ``torchrun``)."""
         return [*launcher, "-m", "rightreasons", self.command, "--config", str(self.base), *self.overrides,
                 *(["--resume"] if resume else [])]
-
-
-def _yaml_value(value: Any) -> str:
-    """``value`` as the YAML text that ``key=value`` overrides parse back to the same value."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip()
-    return text[:-3].strip() if text.endswith("\n...") else text
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -192,7 +185,7 @@ def load_grid(path: str | Path, extra: Sequence[str] = ()) -> list[Run]:
             if settings["command"] not in task_names():
                 raise GridError(f"{where}: command {settings['command']!r} is not one of {task_names()}")
             base = Path(os.path.normpath(path.parent / str(settings["base"])))
-            items = (*(f"{k}={_yaml_value(v)}" for k, v in overrides.items()), *extra)
+            items = (*(f"{k}={yaml_value(v)}" for k, v in overrides.items()), *extra)
             probe = Run.load("", "", settings["command"], base, items, root)
             values = {**_flatten(to_dict(probe.config)), **labels}
             name = _render(str(settings["name"]), values, where)

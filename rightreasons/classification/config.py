@@ -24,32 +24,28 @@ __all__ = ["ClassificationConfig", "EvalConfig", "LossConfig", "ModelConfig", "O
 
 @dataclass
 class ModelConfig:
-    """Which model to train: a registry name plus weights to start from.
-
-    * ``pretrained: true`` — the published ImageNet weights of ``name`` (:mod:`rightreasons.models.pretrained`; the
-      classifier is replaced to fit the data's classes): how the shipped baselines start.
-    * ``checkpoint`` — a weights file (any layout :func:`rightreasons.models.weights.load_weights` reads, e.g. our
-      ``model.safetensors``) or the directory of a finished run, which stands for its ``model.safetensors``
-      (``checkpoint: runs/voc2007/baseline``): how the shipped guided runs start from their baseline.
-    * ``kwargs`` — constructor arguments of the architecture, e.g. ``{inplanes: 16}`` for a ResNet of width 16;
-      never ``num_classes``, which comes from the data (for a student, from its teacher). Checked against the
-      constructor when the config is read (:func:`rightreasons.models.checked_arguments`).
-    * ``name: null`` — the architecture and arguments that ``checkpoint`` records (a model file or run of ours), so
-      that a fine-tuning need not repeat them. A ``name``/``kwargs`` that differ from what the file records are refused
-      with each differing argument (:func:`rightreasons.models.resolve_architecture`).
-    * ``sync_bn`` — on several processes, take the BatchNorm statistics of a training step over the global batch
-      (synchronised BatchNorm, :func:`rightreasons.convert_sync_batchnorm`), so that N processes train exactly as one
-      process with the same global batch; one all-reduce per norm layer, forward and backward. On by default;
-      ``false`` normalises each process's part of the batch with its own statistics (what torchvision's reference
-      scripts do without ``--sync-bn``): cheaper, but with small per-process batches a different training. No effect
-      on one process, on norms with per-sample statistics (LayerNorm, GroupNorm, PositionNorm) or in evaluation.
-    """
+    """Which model to train: a registry name plus the weights to start from."""
 
     name: str | None = "bcos_resnet18"
+    """A registered model (`rightreasons models` lists them). null: the architecture and arguments that `checkpoint`
+    records (a model file or run of ours), so that a fine-tuning need not repeat them; a `name` or `kwargs` that
+    differ from what the file records are refused with each differing argument."""
     pretrained: bool = False
+    """Start from the published ImageNet weights of `name` (the classifier is replaced to fit the data's classes):
+    how the shipped baselines start. Needs `name`."""
     checkpoint: str | None = None
+    """Start from a weights file (any layout `rightreasons.models.weights.load_weights` reads, e.g. our
+    `model.safetensors`) or a finished run's directory, which stands for its `model.safetensors`: how the shipped
+    guided runs start from their baseline."""
     kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments of the architecture, e.g. `{inplanes: 16}` for a ResNet of width 16; never
+    `num_classes`, which comes from the data (for a student, from its teacher). Checked against the constructor when
+    the config is read."""
     sync_bn: bool = True
+    """On several processes, take the BatchNorm statistics of a training step over the global batch (synchronised
+    BatchNorm), so that N processes train exactly as one process with the same global batch; false normalises each
+    process's part of the batch by itself (cheaper; with small per-process batches a different training). No effect
+    on one process, on per-sample norms or in evaluation."""
 
     def __post_init__(self) -> None:
         if self.name is None:
@@ -69,24 +65,25 @@ class ModelConfig:
 
 @dataclass
 class LossConfig:
-    """Classification loss: ``auto`` = BCE for B-cos models and multi-label data, CE otherwise
-    (:mod:`rightreasons.classification.loss`)."""
+    """The classification loss (:mod:`rightreasons.classification.loss`)."""
 
     classification: ClassificationLossName = "auto"
+    """`bce` (one sigmoid per class, the B-cos recipe), `ce` (softmax cross-entropy against the single positive
+    class) or `auto`: `bce` for B-cos models and multi-label data, `ce` otherwise. The probabilities of `evaluate`
+    and `explain` follow the link of this loss."""
     uniform_off_labels: bool = False
+    """With `bce`: raise the off-targets to `1/K` for K classes (the B-cos v2 release's uniform off-labels)."""
 
 
 @dataclass
 class OptimConfig(engine.OptimConfig):
-    """The engine's optimiser section plus the B ramp of B-cosified models.
-
-    ``b_ramp_epochs`` (B-cosified models only, :mod:`rightreasons.models.bcosify`): raise the exponent B of every
-    B-cos unit linearly from 1 to the B the model was built with (``model.kwargs.b``, default 2) over this many epochs
-    of optimiser steps, then keep it (the B-cosification release's ``linear_b`` ablation); 0 = that B from the start,
-    the recipe. Training and every validation use the B of the current step; the exported model records it.
-    """
+    """The engine's optimiser section plus the B ramp of B-cosified models (:mod:`rightreasons.models.bcosify`)."""
 
     b_ramp_epochs: float = 0.0
+    """B-cosified models only: raise the exponent B of every B-cos unit linearly from 1 to the B the model was built
+    with (`model.kwargs.b`, default 2) over this many epochs of optimiser steps, then keep it (the B-cosification
+    release's `linear_b` ablation); 0: that B from the start, the recipe. Training and every validation use the B of
+    the current step; the exported model records it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,16 +93,23 @@ class OptimConfig(engine.OptimConfig):
 
 @dataclass
 class EvalConfig(engine.EvalConfig):
-    """The engine's validation section plus localisation: which attribution scores EPG/IoU (``method`` at ``layer``;
-    unset = the task's choice, :meth:`ClassificationConfig.localization`), the IoU threshold, whether to score
-    localisation at all, and how many explanation images of validation images to draw after each validation (B-cos
-    models only)."""
+    """The engine's validation section plus localisation (EPG, IoU) and explanation images."""
 
     method: MapMethodName | None = None
+    """The attribution method whose maps score EPG and IoU; null: the task's choice (the guided method for `guide`,
+    else B-cos contributions for B-cos models, GradCAM otherwise)."""
     layer: str | None = None
+    """The layer `method` explains (`input`, `mid1`-`mid3`, `final` or a module path); null: the guided layer for
+    `guide`, else the method's default layer."""
     iou_threshold: float = 0.5
+    """IoU binarises each map, its positive part min-max scaled to [0, 1], at this threshold (the Model-Guidance
+    code's 0.5) before comparing it with the boxes."""
     num_images: int = 4
+    """After each validation, draw the explanations of this many validation images into `explanations/step-N/`
+    (B-cos models only); 0: none."""
     localization: bool = True
+    """Score localisation (EPG, IoU) in validation, where the validation split has boxes; false: classification
+    scores only."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -34,13 +34,18 @@ __all__ = ["DistillConfig", "DistillSection", "EvalDataConfig", "TeacherConfig"]
 @dataclass
 class TeacherConfig:
     """The teacher: a registry ``name`` (with ``checkpoint`` weights or ``pretrained``), or only ``checkpoint`` for
-    what rightreasons training wrote (a run directory or its ``model.safetensors``, which names its architecture). With
-    both, the file's architecture must be the one named (:func:`rightreasons.models.resolve_architecture`)."""
+    what rightreasons training wrote, which names its architecture."""
 
     name: str | None = None
+    """The teacher's registered architecture; null: the one its `checkpoint` records (a model file or run of
+    ours)."""
     checkpoint: str | None = None
+    """The teacher's weights: a weights file, or a finished run's directory (its `model.safetensors`); with `name`
+    too, the file's architecture must be the one named."""
     pretrained: bool = False
+    """The published ImageNet weights of `name` as the teacher (needs `name`)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments of `name` (checked against the constructor when the config is read)."""
 
     def __post_init__(self) -> None:
         if self.name is None and self.checkpoint is None:
@@ -59,47 +64,63 @@ class EvalDataConfig:
     dataset, evaluate on the teacher's)."""
 
     name: str
+    """The validation dataset (a name of `data.name`)."""
     root: str | None = None
+    """Its directory (null only for the synthetic datasets)."""
     split: str = "val"
+    """Its split validated on."""
     options: dict[str, Any] = field(default_factory=dict)
+    """Its loader's options, as `data.options`."""
 
 
 @dataclass
 class DistillSection:
-    """The distillation objective and its data settings.
-
-    * ``temperature`` τ; ``logit_loss``: ``kd`` (softmax) or ``multilabel`` (per-class binary), ``auto`` = by data.
-    * Weights: ``logit_weight`` (KD), ``explanation_weight`` (λ of e²KD; 0 = plain KD), ``gt_weight`` (the
-      classification loss of the engine on the ground truth; 0 in the paper's e²KD), ``at_weight`` (attention transfer
-      on ``at_layers``; 1000 = the original β).
-    * ``explanation``: the explanation method compared (:mod:`rightreasons.explain.methods`, at
-      ``explanation_layer`` unless the method is input-only), ``auto`` (B-cos ``W(x)``, ``bcos_weights``, for two
-      B-cos models; GradCAM for two standard ones) or ``none``; also what the evaluation's explanation similarity
-      compares.
-    * ``frozen``: a cache directory of teacher logits and explanations (``rightreasons cache``); training then never
-      runs the teacher (it is still loaded for evaluation); ``verify_cache`` checks the shards' SHA-256 at start.
-      ``crop_fraction``: the base view the cache is computed on (:func:`rightreasons.data.base_view`).
-    * ``shots``: limited data, this many training images per class, drawn with ``shots_seed``.
-    * ``eval_data``: validate on another dataset (data-free); ``test_split``: also evaluate this split of the
-      validation dataset after training (e.g. ``test`` on Waterbirds: all four groups).
-    """
+    """The distillation objective ``w_logit · L_KD + λ · (1 − cos(E_S, E_T)) + w_gt · L_class + w_AT · L_AT`` and
+    its data settings (:mod:`rightreasons.distill.objective`)."""
 
     temperature: float = 1.0
+    """τ, the temperature of the logit term (teacher and student logits divided by it)."""
     logit_loss: LogitLossName = "auto"
+    """The logit term: `kd` (softmax KD), `multilabel` (per-class binary KD) or `auto`: `multilabel` for multi-label
+    data, `kd` otherwise."""
     logit_weight: float = 1.0
+    """`w_logit`, the weight of the logit (KD) term."""
     explanation_weight: float = 1.0
+    """λ of e²KD, the weight of `1 − cos(E_S, E_T)` between the explanations of the teacher's top-1 class; 0 is
+    plain KD."""
     gt_weight: float = 0.0
+    """`w_gt`, the weight of the classification loss (`loss.classification`) on the ground truth; 0 in the paper's
+    e²KD."""
     at_weight: float = 0.0
+    """`w_AT`, the weight of attention transfer on `at_layers` (1000 = the original β); needs the live teacher."""
     at_layers: list[str] = field(default_factory=lambda: ["mid1", "mid2", "mid3", "final"])
+    """The layers of student and teacher whose attention maps attention transfer matches, pairwise."""
     explanation: ExplanationChoice = "auto"
+    """The explanation compared (`rightreasons.explain.methods`): `auto` (B-cos `W(x)`, `bcos_weights`, for two
+    B-cos models; GradCAM for two standard ones), a method name, or `none` (then `explanation_weight` must be 0);
+    also what the evaluation's explanation similarity compares."""
     explanation_layer: str = "final"
+    """The layer `explanation` is taken at, unless the method explains the input only."""
     frozen: str | None = None
+    """A cache directory of teacher logits and explanations (`rightreasons cache`, or `distill --frozen DIR`):
+    training then never runs the teacher (it is still loaded for evaluation); null: the live teacher."""
     verify_cache: bool = True
+    """Check the SHA-256 of every shard of the `frozen` cache at start."""
     crop_fraction: float = 1.0
+    """The base view the `frozen` cache is computed on: the shorter side resized to `data.image_size /
+    crop_fraction`, then the centre `data.image_size` square (`rightreasons.data.base_view`); training crops and flips
+    it together with the explanations."""
     shots: int | None = None
+    """Limited data: this many training images per class, drawn with `shots_seed`; null: the whole training
+    split."""
     shots_seed: int = 0
+    """Seed of the draw of the `shots` images."""
     eval_data: EvalDataConfig | None = None
+    """Validate on another dataset than `data` ("data-free" KD: distil on images of one dataset, evaluate on the
+    teacher's); null: `data.val_split`."""
     test_split: str | None = None
+    """Also evaluate this split of the validation dataset after training (e.g. `test` on Waterbirds: all four
+    groups); null: none."""
 
     def __post_init__(self) -> None:
         expect(self.temperature > 0, "temperature", self.temperature, "a temperature > 0")

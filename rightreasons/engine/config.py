@@ -26,21 +26,39 @@ CROP_SCALE = (0.25, 1.0)
 
 @dataclass
 class DataConfig:
-    """Dataset, splits, resolution and loading. ``options`` go to ``rightreasons.data.load_dataset`` (all but
-    :data:`RESERVED_DATA_OPTIONS`, which training sets from other keys)."""
+    """Dataset, splits, resolution and loading."""
 
     name: str = "synthetic-birds"
+    """The dataset (`rightreasons.data.DATASETS`: `voc2007`, `coco2014`, `waterbirds100`, `imagenet`,
+    `synthetic-birds`, ...)."""
     root: str | None = None
+    """The dataset's directory (`rightreasons prepare` checks it); null only for the synthetic datasets, which are
+    generated."""
     train_split: str = "train"
+    """The split trained on."""
     val_split: str = "val"
+    """The split validated on every `eval.every_epochs` epochs (it chooses the best model; never the test split)."""
     image_size: int = 64
+    """Side in pixels of the square images the model sees, in training (random resized crop) and evaluation."""
     batch_size: int = 32
+    """The global training batch: split across the processes of a multi-process launch, so a config trains the same on
+    any number of processes."""
     eval_batch_size: int = 64
+    """The batch of validation and evaluation."""
     num_workers: int = 0
+    """DataLoader worker processes per training process; 0 loads in the training process."""
     annotated_fraction: float = 1.0
+    """Share of the training images that keep their boxes (drawn with `seed`): guidance from few boxes; the others
+    train on labels only."""
     augment: bool = True
+    """Augment training images (random resized crop with `crop_scale`, horizontal flip); false: the evaluation
+    transform."""
     crop_scale: list[float] = field(default_factory=lambda: list(CROP_SCALE))
+    """Smallest and largest area fraction of the random resized crop of training images."""
     options: dict[str, Any] = field(default_factory=dict)
+    """Options of the dataset's loader (`rightreasons.data.load_dataset`, e.g. `use_difficult` for VOC, `box_file` for
+    Waterbirds), except `transform`, `annotated_fraction` and `annotation_seed`, which training sets from other
+    keys."""
 
     def __post_init__(self) -> None:
         expect(bool(self.name.strip()), "name", self.name, "a dataset name")
@@ -60,20 +78,29 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """Optimiser, schedule and clipping. ``agc``: adaptive gradient clipping with this clip factor; ``auto`` = the
-    task's choice (:meth:`rightreasons.engine.Task.default_agc`: 0.01 for B-cos models, the B-cos recipe; off
-    otherwise)."""
+    """Optimiser, schedule and clipping."""
 
     name: OptimizerName = "adam"
+    """The optimiser."""
     lr: float = 1e-4
+    """Learning rate (the peak of the schedule)."""
     weight_decay: float = 0.0
+    """Weight decay (L2 penalty; decoupled for `adamw`)."""
     momentum: float = 0.9
+    """Momentum of `sgd` (the other optimisers ignore it)."""
     schedule: ScheduleName = "constant"
+    """Learning rate per step after the warm-up: `constant`, or `cosine` decay to 0 at the last step."""
     warmup_epochs: float = 0.0
+    """Linear warm-up from 1 % of `lr` over this many epochs of optimiser steps (fractions allowed); 0: none."""
     epochs: int = 10
+    """Length of the training in epochs (`max_steps` may cut it short)."""
     grad_accumulation: int = 1
+    """Batches whose gradients are summed into one optimiser step (an epoch has `1/grad_accumulation` as many steps)."""
     agc: float | Literal["auto"] | None = "auto"
+    """Adaptive gradient clipping with this clip factor; `auto`: the task's choice (0.01 for B-cos models, as the B-cos
+    recipe; off otherwise); null: off."""
     max_grad_norm: float | None = None
+    """Clip the global gradient norm to this value (after `agc`); null: no clipping."""
 
     def __post_init__(self) -> None:
         expect(self.lr > 0, "lr", self.lr, "a learning rate > 0")
@@ -89,16 +116,14 @@ class OptimConfig:
 
 @dataclass
 class EvalConfig:
-    """Validation: how often, and which metric chooses the best model.
-
-    ``select`` names the validation metric (maximised) that chooses the run's best model: ``score`` (the task's
-    accuracy or F1), or any metric validation reports, e.g. ``worst_group_accuracy`` (the usual choice on
-    Waterbirds-like data, whose validation split is group-balanced) or ``epg``. ``checkpoint.export: best`` exports that
-    model instead of the last one.
-    """
+    """Validation: how often, and which metric chooses the best model."""
 
     every_epochs: int = 1
+    """Validate every this many epochs (and always after the last step)."""
     select: str = "score"
+    """The validation metric (maximised) that chooses the run's best model: `score` (the task's accuracy or F1) or any
+    metric validation reports, e.g. `worst_group_accuracy` (the usual choice on Waterbirds-like data, whose
+    validation split is group-balanced) or `epg`."""
 
     def __post_init__(self) -> None:
         expect(bool(self.select.strip()), "select", self.select, "a validation metric name (e.g. score)")
@@ -107,15 +132,19 @@ class EvalConfig:
 
 @dataclass
 class CheckpointConfig:
-    """Checkpoint frequency and retention: the last ``keep_last``, the best one and the Pareto front's (all of them,
-    or the ``keep_front`` with the highest scores). ``every_steps``: also checkpoint every that many steps within an
-    epoch (the end of every epoch is always checkpointed). ``export``: which weights become ``model.safetensors`` (and
-    are scored by the task's final evaluations): the ``last`` ones, or the ``best`` by ``eval.select`` on validation."""
+    """Checkpoint frequency and retention (the best checkpoint is always kept), and which weights are exported."""
 
     keep_last: int = 2
+    """How many of the most recent checkpoints to keep (the best one is kept besides)."""
     keep_front: int | None = None
+    """How many checkpoints of the validation Pareto front (score, EPG and IoU) to keep, those with the highest
+    scores; null: all of them; 0: none."""
     every_steps: int | None = None
+    """Also checkpoint every this many optimiser steps within an epoch (the end of every epoch is always checkpointed);
+    null: at epoch ends only."""
     export: Literal["last", "best"] = "last"
+    """Which weights become `model.safetensors` (and are scored by the task's final evaluations): the `last` ones, or
+    the `best` by `eval.select` on validation."""
 
     def __post_init__(self) -> None:
         expect(self.keep_last >= 1, "keep_last", self.keep_last, "an integer >= 1")
@@ -129,11 +158,21 @@ class TrainConfig:
     """What every training run has; a task's config adds its sections (:mod:`rightreasons.classification.config`)."""
 
     output_dir: str = "runs/train"
+    """The run's directory: checkpoints, `metrics.jsonl`, `summary.json`, `model.safetensors`. A finished run of the
+    same config there is kept; of another config, an error."""
     seed: int = 0
+    """Seed of everything random in the run: initialisation, sample order, augmentation, the annotated subset."""
     cpu: bool = False
+    """Train on the CPU even where a GPU is available."""
     mixed_precision: Literal["no", "bf16"] = "no"
+    """`no`: float32 throughout; `bf16`: forward passes under bfloat16 autocast (accelerate's mixed
+    precision; needs a device with bfloat16 support, e.g. a GPU since Ampere), weights and optimiser state in float32.
+    The only two values accepted."""
     max_steps: int | None = None
+    """Stop after this many optimiser steps (a smoke test or a time budget); the schedule still spans `optim.epochs`.
+    null: train all epochs."""
     log_every: int = 10
+    """Log the training losses and learning rate every this many optimiser steps (`metrics.jsonl`, TensorBoard)."""
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

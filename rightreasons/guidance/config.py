@@ -24,28 +24,38 @@ __all__ = ["GuidanceConfig", "GuideConfig"]
 
 @dataclass
 class GuidanceConfig:
-    """The localisation term ``weight · L_loc``: ``loss`` on the attributions of ``method`` at ``layer``, against the
-    boxes dilated by ``dilation`` (a fraction of their size), reduced by ``reduction`` over the annotated images.
-
-    ``explain``: ``annotated`` (default) explains only the annotated images of a batch whenever that equals explaining
-    the whole batch (always for the B-cos method with our norms; otherwise the whole batch is explained, see
-    :mod:`rightreasons.guidance.objective`); ``batch`` always explains the whole batch. ``annotated_per_batch``: put
-    exactly this many annotated images into every training batch (cycling through the annotated set; an epoch stays
-    ``n // batch_size`` batches, see :class:`~rightreasons.engine.data.EpochSampler`), so that guidance from few boxes
-    (1 %) acts at every step; 0 draws batches without regard to boxes. ``intgrad_steps``: the Riemann steps of
-    ``intgrad`` on a model that is not an X-DNN (default: every explanation's,
-    :data:`~rightreasons.explain.attribution.INTGRAD_STEPS`).
-    """
+    """The localisation term ``weight · L_loc``: ``loss`` on the attributions of ``method`` at ``layer`` against the
+    (dilated) boxes of one ground-truth class per image, reduced over the annotated images
+    (:mod:`rightreasons.guidance.objective`)."""
 
     method: MapMethodName = "bcos"
+    """The attribution method that is guided (`rightreasons.explain.methods`, those that give a map): `bcos` (B-cos
+    contributions, B-cos models), `gradcam`, `ixg`, `intgrad`, ..."""
     layer: str = "input"
+    """Where the attributions are taken: `input`, `mid1`-`mid3` (after the stages), `final` (the last feature map)
+    or a module path."""
     loss: LossName = "energy"
+    """The localisation loss: `energy` (1 − EPG, the share of positive attribution outside the boxes), `l1` (L1
+    distance of the normalised positive attribution to the mask), `ppce` (per-pixel cross-entropy on the mask) or
+    `rrr` (RRR*: squared attribution outside the boxes)."""
     weight: float = 1e-3
+    """λ, the weight of the localisation term beside the classification loss; 0 trains without guidance (a control
+    run)."""
     dilation: float = 0.0
+    """Grow every box by this fraction of its size before it becomes a mask (0.1 = 10 %): guidance from coarse
+    boxes."""
     reduction: GuidanceReduction = "mean_annotated"
+    """`mean_annotated`: the mean over the annotated images of the batch; `sum`: their sum."""
     intgrad_steps: int = INTGRAD_STEPS
+    """Riemann steps of `intgrad` on a model that is not an X-DNN (on an X-DNN one step is exact)."""
     explain: ExplainChoice = "annotated"
+    """`annotated` explains only the annotated images of a batch whenever that equals explaining the whole batch
+    (always for the B-cos method with our norms; otherwise the whole batch is explained); `batch` always explains
+    the whole batch."""
     annotated_per_batch: int = 0
+    """Put exactly this many annotated images into every training batch (cycling through the annotated set; an epoch
+    keeps its number of batches), so that guidance from few boxes (1 %) acts at every step; 0 draws batches without
+    regard to boxes."""
 
     def __post_init__(self) -> None:
         expect(self.annotated_per_batch >= 0, "annotated_per_batch", self.annotated_per_batch,

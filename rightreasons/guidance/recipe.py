@@ -36,15 +36,19 @@ class GuidedRun(TrainingRun):
 
 @dataclass(frozen=True)
 class GuidedVariant:
-    """One guided fine-tuning: localisation ``loss`` with weight λ = ``weight`` on boxes dilated by ``dilation``;
-    ``annotated_fraction`` (when set) overrides the share of training images with boxes (the demo's few-boxes
-    variant; a study takes its fractions from its own axis)."""
+    """One guided fine-tuning of the baseline: B-cos contributions at the input guided by a localisation loss."""
 
     name: str
+    """The variant's name in the run directories and tables (not `baseline`)."""
     loss: str
+    """The localisation loss (`guidance.loss`: `energy`, `l1`, `ppce`, `rrr`)."""
     weight: float
+    """λ, its weight (`guidance.weight`)."""
     dilation: float = 0.0
+    """Box dilation, a fraction of the box size (`guidance.dilation`)."""
     annotated_fraction: float | None = None
+    """The share of training images with boxes for this variant (the demo's few-boxes variant); null: the study's or
+    demo's own. A study refuses it: its fractions are its `annotated_fraction` axis."""
 
     def __post_init__(self) -> None:
         expect(self.annotated_fraction is None or 0 < self.annotated_fraction <= 1, "annotated_fraction",
@@ -72,23 +76,33 @@ class DataVariant:
 @dataclass
 class GuidanceRecipe:
     """How one cell trains: the baseline from scratch, then guided fine-tunings of it (B-cos contributions at the
-    input), each selecting its exported checkpoint on validation by ``select``.
-
-    ``train_images`` (when set) fixes the size of the training and validation splits, ``test_images`` the test split's.
-    """
+    input), each exporting its best checkpoint on validation by ``select``."""
 
     model: str = TrainingRun.model
+    """The registered architecture of every training."""
     model_kwargs: dict[str, Any] = field(default_factory=lambda: {"inplanes": 16})
+    """Its constructor arguments (the default: a ResNet of width 16)."""
     batch_size: int = TrainingRun.batch_size
+    """The training batch of every training."""
     crop_scale: list[float] = field(default_factory=lambda: list(RECIPE_CROP_SCALE))
+    """Area fractions of the random resized crop (`data.crop_scale`)."""
     baseline_epochs: int = TrainingRun.epochs
+    """Epochs of each baseline, trained from scratch."""
     baseline_lr: float = TrainingRun.lr
+    """Adam learning rate of the baselines."""
     guided_epochs: int = 4
+    """Epochs of each guided fine-tuning of a baseline."""
     guided_lr: float = 2e-3
+    """Adam learning rate of the guided fine-tunings."""
     train_images: int | None = None
+    """Images of the training and of the validation split each; null: the generator's default sizes."""
     test_images: int = 1000
+    """Images of the test split, on which every exported model is scored once."""
     select: str = "worst_group_accuracy"
+    """The validation metric that chooses each training's exported checkpoint (`eval.select`)."""
     min_annotated_per_batch: int = 2
+    """With few boxes (`annotated_fraction · batch_size` below this), every batch of a guided run holds this many
+    annotated images (`guidance.annotated_per_batch`); 0: never."""
 
     def __post_init__(self) -> None:
         for key in ("batch_size", "baseline_epochs", "guided_epochs", "test_images"):

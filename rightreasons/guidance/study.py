@@ -67,14 +67,22 @@ class GuidanceStudy:
     """
 
     recipe: GuidanceRecipe = field(default_factory=GuidanceRecipe)
+    """How each baseline and fine-tuning trains."""
     seeds: int = 3
+    """Training seeds per data variant (0, 1, ...); the tables give mean ± sample std over them."""
     correlation: list[float] = field(default_factory=lambda: [1.0])
+    """Axis: the share of training images whose background matches the class (the shortcut), each in [0, 1]."""
     difficulty: list[float] = field(default_factory=lambda: [0.5])
+    """Axis: how hard the birds are to see (smaller, blended into the background, noisier), each in [0, 1]."""
     data_seed: list[int] = field(default_factory=lambda: [0])
+    """Axis: the seed that draws the images of a data variant."""
     image_size: list[int] = field(default_factory=lambda: [64])
+    """Axis: the side of the generated images in pixels (at least 16)."""
     annotated_fraction: list[float] = field(default_factory=lambda: [0.1])
+    """Axis: the share of training images with boxes in the guided fine-tunings."""
     methods: list[GuidedVariant] = field(default_factory=lambda: [GuidedVariant("energy", "energy", 5.0),
                                                                   GuidedVariant("l1", "l1", 5.0)])
+    """Axis: the guided fine-tunings, each with a distinct `name`."""
 
     def __post_init__(self) -> None:
         expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
