@@ -83,7 +83,8 @@ def complement_boxes(box: Tensor, canvas: tuple[int, int]) -> Tensor:
     """Up to four non-overlapping boxes ``[B', 4]`` whose union is the image minus ``box [4]`` (left and right full-
     height strips, top and bottom strips between them). Under the pixel rule their union rasterises to the
     complement of the box's mask at every resolution (but for the tiny boxes of the module docstring), and crops/flips
-    keep that true: this is how the "outside the box" mask of the reversed Waterbirds task travels through box-aware augmentation."""
+    keep that true: this is how the "outside the box" mask of the reversed Waterbirds task travels through box-aware
+    augmentation."""
     h, w = canvas
     x1, y1, x2, y2 = (float(v) for v in box)
     strips = torch.tensor([[0, 0, x1, h], [x2, 0, w, h], [x1, 0, x2, y1], [x1, y2, x2, h]], dtype=torch.float32)

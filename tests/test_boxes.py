@@ -44,7 +44,7 @@ def test_a_class_whose_boxes_hold_no_pixel_centre_gets_the_pixels_of_their_centr
     boxes = torch.tensor([[100.0, 200.0, 101.0, 201.0], [399.0, 0.0, 400.0, 1.0], [20.0, 20.0, 20.5, 20.5]])
     masks = boxes_to_masks(boxes, torch.tensor([0, 0, 1]), [0, 1, 2], size=(32, 32), canvas=(400, 400))
     expected = torch.zeros(3, 32, 32, dtype=torch.bool)
-    expected[0, 16, 8] = expected[0, 0, 31] = True  # centres (100.5, 200.5) → (8.04, 16.04); (399.5, 0.5) → (31.96, 0.04)
+    expected[0, 16, 8] = expected[0, 0, 31] = True  # centres (100.5, 200.5), (399.5, 0.5) → (8.04, 16.04), (31.96, 0.04)
     expected[1, 1, 1] = True  # (20.25, 20.25) → (1.62, 1.62)
     assert torch.equal(masks, expected)  # class 2 has no box: empty
     big_and_tiny = torch.tensor([[0.0, 0.0, 200.0, 200.0], [300.0, 300.0, 301.0, 301.0]])

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from .errors import DataError
 
-__all__ = ["DEEP_RANGES", "MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask", "read_text", "relative_path",
-           "require_dir", "require_file"]
+__all__ = ["DEEP_RANGES", "MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask", "read_text",
+           "relative_path", "require_dir", "require_file"]
 
 MAX_PIXELS = 40_000_000
 """Default largest image (width × height) a dataset or command reads: 40 megapixels."""
