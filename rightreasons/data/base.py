@@ -179,13 +179,17 @@ class AnnotatedDataset(Dataset):
             return f"{self.name}[{self.split}]"
         return str(self.image_root / self.records.files[index])
 
+    def record(self, index: int) -> str:
+        """Sample ``index`` in error messages: its id, which names it the same in every split that holds it."""
+        return f"id {self.records.ids[index]}"
+
     def annotation_file(self, index: int) -> str:
         """The annotation file that declares the size of sample ``index``'s image (used in error messages)."""
         return f"the annotations of {self.name}"
 
     def load_image(self, index: int) -> Tensor:
         """uint8 or float ``[3, H, W]`` image of sample ``index`` (inside the image root, at most ``max_pixels``)."""
-        path = inside_root(self.source(index), self.image_root, f"record {index} (id {self.records.ids[index]})")
+        path = inside_root(self.source(index), self.image_root, self.record(index))
         return read_image(path, self.max_pixels)
 
     def load_mask(self, index: int) -> Tensor | None:
@@ -193,7 +197,7 @@ class AnnotatedDataset(Dataset):
         if self.records.mask_files is None or not self.records.mask_files[index]:
             return None
         path = self.image_root / self.records.mask_files[index]
-        return read_mask(inside_root(path, self.image_root, f"record {index} (id {self.records.ids[index]})"),
+        return read_mask(inside_root(path, self.image_root, self.record(index)),
                          self.max_pixels)
 
     def guidance_boxes(self, index: int, boxes: np.ndarray, box_labels: np.ndarray,
@@ -204,7 +208,7 @@ class AnnotatedDataset(Dataset):
 
     def load(self, index: int) -> dict[str, Any]:
         """Sample ``index`` before the transform."""
-        record = f"record {index} (id {self.records.ids[index]})"
+        record = self.record(index)
         image = self.load_image(index)
         h, w = image.shape[-2:]
         if self.records.sizes is not None and tuple(self.records.sizes[index]) != (h, w):
@@ -240,8 +244,7 @@ class AnnotatedDataset(Dataset):
         except DataError:
             raise
         except Exception as e:  # give worker errors a file and a record; DataLoader re-raises DataError as is
-            record = f"record {index} (id {self.records.ids[index]})"
-            raise DataError(f"{where(self.source(index), record)}: {type(e).__name__}: {e}") from e
+            raise DataError(f"{where(self.source(index), self.record(index))}: {type(e).__name__}: {e}") from e
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         if not -len(self) <= index < len(self):
@@ -253,5 +256,5 @@ class AnnotatedDataset(Dataset):
         try:
             return self.transform(sample)
         except Exception as e:
-            record = f"record {index} (id {self.records.ids[index]})"
-            raise DataError(f"{where(self.source(index), record)}: transform failed: {type(e).__name__}: {e}") from e
+            raise DataError(f"{where(self.source(index), self.record(index))}: transform failed: "
+                            f"{type(e).__name__}: {e}") from e
