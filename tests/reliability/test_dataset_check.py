@@ -67,6 +67,12 @@ VOC_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
                         "train.txt: image id '000001' is listed twice"),
     "declared size differs": (lambda voc: _resize(voc / "JPEGImages/000002.jpg", (60, 20)),
                               "the image file is 60 × 20 pixels (W × H), but "),
+    "xml size pushes a box outside the image": (
+        lambda voc: (voc / "Annotations/000001.xml").write_text(
+            (voc / "Annotations/000001.xml").read_text().replace("<width>50</width><height>40</height>",
+                                                                 "<width>90</width><height>80</height>")
+            .replace("<xmax>20</xmax>", "<xmax>75</xmax>")),
+        "000001.xml declares 90 × 80"),
     "20000 x 20000 image": (lambda voc: _bomb(voc / "JPEGImages/000001.jpg"),
                             "000001.jpg: cannot decode image: Image size (400000000 pixels) exceeds limit"),
     "symlinked JPEGImages": (_relink_images, "outside the dataset directory"),
