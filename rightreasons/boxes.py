@@ -9,6 +9,14 @@ pixel when it covers its centre (a centre exactly on the left or top edge is ins
 outside, so two boxes sharing an edge never both take a pixel). The same rule rasterises a box at any other resolution
 (``size`` ≠ canvas), so masks at a feature map's resolution agree with those at the image's.
 
+**Tiny boxes never vanish.** A box thinner than a pixel of the mask may hold no pixel centre (a 1-pixel box of a
+400 × 400 image rasterised at 32 × 32). When *all* the boxes of a class hold none, each of its boxes (with
+``x1 < x2``, ``y1 < y2`` and its centre inside the image) covers the one mask pixel that contains its centre, so an
+annotated class never gets an empty mask — which would silently switch guidance off for the image and score its EPG
+0. A class with a box that holds a centre keeps exactly the pixel rule's mask (tiny boxes beside it add nothing), so
+the complement strips of a box rasterise to the complement of its mask unless the box itself holds no pixel centre
+(then the strips cover the whole image and the box its one pixel) or the whole outside is thinner than half a pixel.
+
 Every consumer uses this module: the guidance losses' masks (:class:`~rightreasons.guidance.GuidanceObjective`), the
 localisation metrics (EPG, IoU), the data pipeline (coarse boxes, the complement masks of the reversed Waterbirds
 task) and the figures (:func:`outline`), so the training mask and the evaluation mask of a box are the same pixels.
@@ -73,9 +81,10 @@ def dilate_boxes(boxes: Tensor, fraction: float, canvas: tuple[int, int] | None 
 
 def complement_boxes(box: Tensor, canvas: tuple[int, int]) -> Tensor:
     """Up to four non-overlapping boxes ``[B', 4]`` whose union is the image minus ``box [4]`` (left and right full-
-    height strips, top and bottom strips between them). Under the pixel rule their union rasterises to exactly the
-    complement of the box's mask at every resolution, and crops/flips keep that true: this is how the "outside the
-    box" mask of the reversed Waterbirds task travels through box-aware augmentation."""
+    height strips, top and bottom strips between them). Under the pixel rule their union rasterises to the
+    complement of the box's mask at every resolution (but for the tiny boxes of the module docstring), and crops/flips
+    keep that true: this is how the "outside the box" mask of the reversed Waterbirds task travels through box-aware
+    augmentation."""
     h, w = canvas
     x1, y1, x2, y2 = (float(v) for v in box)
     strips = torch.tensor([[0, 0, x1, h], [x2, 0, w, h], [x1, 0, x2, y1], [x1, y2, x2, h]], dtype=torch.float32)
@@ -106,7 +115,24 @@ def boxes_to_masks(boxes: Tensor, box_labels: Tensor, classes: int | Sequence[in
     per_box = in_y[:, :, None] & in_x[:, None, :]  # [B, h, w]
     select = labels[None, :] == wanted[:, None]  # [T, B]
     masks = (select[:, :, None, None] & per_box[None]).any(dim=1)  # [T, h, w]
+    fallback = (select[:, :, None, None] & _centre_pixels(plain, (ch, cw), (h, w))[None]).any(dim=1)  # [T, h, w]
+    masks = torch.where(masks.flatten(1).any(1)[:, None, None], masks, fallback)
     return masks[0] if single else masks
+
+
+def _centre_pixels(boxes: Tensor, canvas: tuple[int, int], size: tuple[int, int]) -> Tensor:
+    """``[B, h, w]`` bool: for each box ``[B, 4]`` with ``x1 < x2``, ``y1 < y2`` and its centre inside the canvas
+    ``(H, W)``, the one pixel of an ``(h, w)`` mask that holds its centre (the tiny-box rule of the module docstring);
+    nothing for the other boxes."""
+    (ch, cw), (h, w) = canvas, size
+    cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    valid = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]) & (cx >= 0) & (cx < cw) & (cy >= 0) & (cy < ch)
+    out = torch.zeros(len(boxes), h, w, dtype=torch.bool, device=boxes.device)
+    index = valid.nonzero()[:, 0]
+    rows = (cy[index] * (h / ch)).long().clamp(max=h - 1)
+    cols = (cx[index] * (w / cw)).long().clamp(max=w - 1)
+    out[index, rows, cols] = True
+    return out
 
 
 def class_masks(boxes: Sequence[Tensor], box_labels: Sequence[Tensor], targets: Tensor | Sequence[int],

@@ -15,8 +15,8 @@ This module imports nothing of rightreasons, so that every layer can raise these
 
 from __future__ import annotations
 
-__all__ = ["CacheError", "CheckpointError", "ConfigError", "DataError", "RightReasonsError", "TrainingError",
-           "UnknownNameError", "UsageError", "WeightsUnavailableError"]
+__all__ = ["CacheError", "CheckpointError", "ConfigError", "DataError", "NonFiniteError", "RightReasonsError",
+           "TrainingError", "UnknownNameError", "UsageError", "WeightsUnavailableError"]
 
 
 class RightReasonsError(Exception):
@@ -41,6 +41,11 @@ class CacheError(RightReasonsError, ValueError):
 
 class TrainingError(RightReasonsError, RuntimeError):
     """Training cannot start or go on (e.g. repeated non-finite losses); the message says why and what to check."""
+
+
+class NonFiniteError(RightReasonsError, ValueError):
+    """A model output or a metric that is NaN or infinite where a command would use or write a number; the message
+    names the model or file and the value that was not finite."""
 
 
 class UsageError(RightReasonsError, ValueError):

@@ -7,6 +7,10 @@ states, cache shards, summaries and reports are all written through it.
 
 :func:`writable_directory` is the one check, before any work, that an output directory can be created and written.
 
+:func:`json_text` is the one JSON encoder of what the package writes: it refuses NaN and ±inf (which JSON cannot
+hold; ``json.dumps`` would write the invalid tokens ``NaN`` and ``Infinity``) with a
+:class:`~rightreasons.errors.NonFiniteError` naming the key.
+
 :func:`file_digest` is the one checksum of a file's bytes (checkpoint manifests, cache shards, released weights,
 dataset checksum files).
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import os
 import shutil
 import uuid
@@ -26,10 +31,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import RightReasonsError, UsageError
+from .errors import NonFiniteError, RightReasonsError, UsageError
 from .faults import boundary
 
-__all__ = ["atomic_write", "file_defect", "file_digest", "file_record", "fsync_path", "read_json_object",
+__all__ = ["atomic_write", "file_defect", "file_digest", "file_record", "fsync_path", "json_text", "read_json_object",
            "require_free_space", "writable_directory", "writable_file", "write_csv_atomic",
            "write_json_atomic", "write_text_atomic"]
 
@@ -172,6 +177,28 @@ def read_json_object(path: str | os.PathLike, what: str, error: type[RightReason
     return data
 
 
+def _non_finite(data: Any, key: str = "") -> tuple[str, float] | None:
+    """The key path (``a.b[2]``) and value of the first NaN or infinite float in ``data``, or None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return key or "<value>", data
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for name, value in items:
+        found = _non_finite(value, f"{key}[{name}]" if isinstance(name, int) else f"{key}.{name}" if key else str(name))
+        if found is not None:
+            return found
+    return None
+
+
+def json_text(data: Any, what: str, *, indent: int | None = 2, sort_keys: bool = False) -> str:
+    """``data`` as JSON text; a NaN or infinite number anywhere in it is a :class:`NonFiniteError` naming ``what``
+    (the file or output) and the key, since JSON cannot hold it and a metric that is not a number must not pass as
+    one."""
+    found = _non_finite(data)
+    if found is not None:
+        raise NonFiniteError(f"{what}: {found[0]} is {found[1]}, not a finite number; nothing was written")
+    return json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=False)
+
+
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    """Write ``data`` as indented JSON (sorted keys) to ``path`` atomically."""
-    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Write ``data`` as indented JSON (sorted keys) to ``path`` atomically (finite numbers only: :func:`json_text`)."""
+    return write_text_atomic(path, json_text(data, str(path), sort_keys=True) + "\n")

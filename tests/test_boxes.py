@@ -32,7 +32,25 @@ def test_integer_boxes_cover_exactly_their_slice():
 def test_a_fractional_box_covers_the_pixels_whose_centres_it_holds():
     mask = boxes_to_masks(torch.tensor([[0.5, 0.5, 1.2, 1.0]]), torch.tensor([3]), 3, canvas=(4, 4))
     assert mask.sum() == 1 and mask[0, 0]  # the overlap rule would also have taken pixel (0, 1)
-    assert not boxes_to_masks(torch.tensor([[0.6, 0.0, 1.4, 4.0]]), torch.tensor([0]), 0, canvas=(4, 4)).any()
+    thin = torch.tensor([[0.6, 0.0, 1.4, 4.0], [2.0, 0.0, 4.0, 4.0]])  # the first holds no column's centre
+    assert torch.equal(boxes_to_masks(thin, torch.tensor([0, 0]), 0, canvas=(4, 4)),
+                       boxes_to_masks(thin[1:], torch.tensor([0]), 0, canvas=(4, 4)))
+
+
+def test_a_class_whose_boxes_hold_no_pixel_centre_gets_the_pixels_of_their_centres():
+    """1-pixel boxes in a 400 × 400 image rasterised at 32 × 32 (12.5 image pixels per mask pixel) held no centre and
+    vanished: guidance silently went off for them and their EPG was 0. Now each such box covers the mask pixel
+    holding its centre — only when the class's mask would otherwise be empty."""
+    boxes = torch.tensor([[100.0, 200.0, 101.0, 201.0], [399.0, 0.0, 400.0, 1.0], [20.0, 20.0, 20.5, 20.5]])
+    masks = boxes_to_masks(boxes, torch.tensor([0, 0, 1]), [0, 1, 2], size=(32, 32), canvas=(400, 400))
+    expected = torch.zeros(3, 32, 32, dtype=torch.bool)
+    expected[0, 16, 8] = expected[0, 0, 31] = True  # centres (100.5, 200.5), (399.5, 0.5) → (8.04, 16.04), (31.96, 0.04)
+    expected[1, 1, 1] = True  # (20.25, 20.25) → (1.62, 1.62)
+    assert torch.equal(masks, expected)  # class 2 has no box: empty
+    big_and_tiny = torch.tensor([[0.0, 0.0, 200.0, 200.0], [300.0, 300.0, 301.0, 301.0]])
+    assert torch.equal(boxes_to_masks(big_and_tiny, torch.tensor([0, 0]), 0, size=(32, 32), canvas=(400, 400)),
+                       boxes_to_masks(big_and_tiny[:1], torch.tensor([0]), 0, size=(32, 32), canvas=(400, 400)))
+    assert not boxes_to_masks(torch.tensor([[5.0, 5.0, 5.0, 9.0]]), torch.tensor([0]), 0, canvas=(16, 16)).any()
 
 
 def test_boxes_sharing_an_edge_never_share_a_pixel():
@@ -62,6 +80,10 @@ def test_complement_strips_rasterise_to_the_complement():
         strips = complement_boxes(box, (16, 16))
         inside = boxes_to_masks(box[None], torch.tensor([0]), 0, canvas=(16, 16))
         outside = boxes_to_masks(strips, torch.zeros(len(strips), dtype=torch.long), 0, canvas=(16, 16))
+        centres = torch.arange(16) + 0.5
+        if not (((centres >= box[0]) & (centres < box[2])).any() and ((centres >= box[1]) & (centres < box[3])).any()):
+            assert inside.sum() == 1 and outside.all()  # a box holding no pixel centre keeps the one holding its centre
+            continue
         assert torch.equal(outside, ~inside)
 
 
@@ -104,6 +126,20 @@ def test_the_training_mask_equals_the_evaluation_mask_of_the_same_boxes():
                                                      torch.ones(n, dtype=torch.bool), (size, size))
     assert torch.equal(dilated, class_masks([dilate_boxes(b, 0.3, (size, size)) for b in boxes], box_labels,
                                             labels.argmax(1), (size, size), canvas=(size, size)))
+
+
+def test_tiny_boxes_guide_training_and_score_evaluation_on_the_same_pixel():
+    """The guidance objective's mask of 1-pixel boxes in 400 × 400 images, resized to 32 px, is the evaluation mask
+    and not empty, so the image is annotated (it counted as unannotated and its localisation term was 0)."""
+    boxes = [torch.tensor([[100.0, 200.0, 101.0, 201.0]]) * 32 / 400, torch.tensor([[7.0, 7.0, 7.08, 7.08]])]
+    box_labels = [torch.tensor([1]), torch.tensor([0])]
+    labels = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    trained = GuidanceObjective().masks(boxes, box_labels, torch.tensor([1, 0]), torch.tensor([True, True]), (32, 32))
+    evaluated = [batch.masks for batch in localization_pairs(
+        nn.Identity(), torch.rand(2, 6, 32, 32), labels, boxes, box_labels,
+        lambda model, x, target: torch.zeros(x.shape[0], *x.shape[-2:]), batch_size=5)]
+    assert torch.equal(trained, torch.cat(evaluated))
+    assert trained.flatten(1).sum(1).tolist() == [1, 1] and trained[0, 16, 8] and trained[1, 7, 7]
 
 
 def test_energy_loss_is_one_minus_epg_also_in_the_degenerate_cases():

@@ -61,3 +61,17 @@ def test_files_are_moved_into_place_only_by_the_atomic_write_and_the_checkpoint_
              if str(p.relative_to(package)) not in allowed and (lines := _renames(p.read_text(encoding="utf-8")))}
     assert found == {}
     assert _renames("import os\nos.replace(a, b)\ntmp.replace(path)\n'x'.replace('a', 'b')\n") == [2, 3]
+
+
+@pytest.mark.parametrize("value, shown", [(float("nan"), "nan"), (float("inf"), "inf"), (-float("inf"), "-inf")])
+def test_json_files_hold_only_finite_numbers(tmp_path, value, shown):
+    """``json.dumps`` writes NaN and Infinity, which are not JSON; the one writer refuses them naming the file and
+    the key, and leaves the file that was there."""
+    from rightreasons.errors import NonFiniteError
+    from rightreasons.fileio import write_json_atomic
+
+    path = tmp_path / "results.json"
+    path.write_text('{"epg": 0.5}\n')
+    with pytest.raises(NonFiniteError, match=rf"results\.json: metrics\.per_class\[1\] is {shown}, not a finite"):
+        write_json_atomic(path, {"metrics": {"accuracy": 0.5, "per_class": [0.1, value]}})
+    assert path.read_text() == '{"epg": 0.5}\n' and [p.name for p in tmp_path.iterdir()] == ["results.json"]

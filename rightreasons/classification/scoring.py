@@ -49,5 +49,6 @@ def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split
     model = trained_model(config, artifact, dataset)
     method, layer = config.localization(capabilities(model).bcos)
     results = score_model(model, dataset, image_size=data.image_size, method=method, layer=layer,
-                          iou_threshold=config.eval.iou_threshold, batch_size=data.eval_batch_size, device=device)
+                          iou_threshold=config.eval.iou_threshold, batch_size=data.eval_batch_size, device=device,
+                          source=str(checkpoint))
     return {"checkpoint": str(checkpoint), "split": split, **results}

@@ -39,8 +39,9 @@ class Records:
 
     ``ids [N]`` str, ``files [N]`` str (image paths relative to the dataset's image root), ``labels [N, K]`` bool,
     ``box_offsets [N + 1]`` (boxes of image i are rows ``box_offsets[i]:box_offsets[i + 1]``), ``boxes [M, 4]``
-    float32 XYXY pixels, ``box_labels [M]`` int64, optional ``groups [N]`` int64 and ``mask_files [N]`` str
-    (``""`` where an image has no segmentation).
+    float32 XYXY pixels, ``box_labels [M]`` int64, optional ``groups [N]`` int64, ``mask_files [N]`` str
+    (``""`` where an image has no segmentation) and ``sizes [N, 2]`` int64, the ``(H, W)`` an annotation file declares
+    for each image (VOC's ``<size>``, COCO's ``height``/``width``), which its boxes were checked against.
     """
 
     ids: np.ndarray
@@ -51,11 +52,12 @@ class Records:
     box_labels: np.ndarray
     groups: np.ndarray | None = None
     mask_files: np.ndarray | None = None
+    sizes: np.ndarray | None = None
 
     @classmethod
     def build(cls, ids: Sequence[str], files: Sequence[str], labels: np.ndarray, boxes: Sequence[np.ndarray],
               box_labels: Sequence[np.ndarray], groups: Sequence[int] | None = None,
-              mask_files: Sequence[str] | None = None) -> Records:
+              mask_files: Sequence[str] | None = None, sizes: Sequence[tuple[int, int]] | None = None) -> Records:
         """From per-image lists: ``boxes[i] [B_i, 4]`` and ``box_labels[i] [B_i]``."""
         counts = np.array([len(b) for b in boxes], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -67,7 +69,8 @@ class Records:
                       labels=np.asarray(labels, dtype=bool), box_offsets=offsets, boxes=flat_boxes,
                       box_labels=flat_labels,
                       groups=None if groups is None else np.asarray(groups, dtype=np.int64),
-                      mask_files=None if mask_files is None else np.array(mask_files, dtype=str))
+                      mask_files=None if mask_files is None else np.array(mask_files, dtype=str),
+                      sizes=None if sizes is None else np.asarray(sizes, dtype=np.int64).reshape(-1, 2))
         unique, counts = np.unique(records.ids, return_counts=True)
         if (counts > 1).any():
             raise ValueError(f"record ids must be unique; {unique[counts > 1][0]!r} occurs {counts.max()} times")
@@ -176,9 +179,17 @@ class AnnotatedDataset(Dataset):
             return f"{self.name}[{self.split}]"
         return str(self.image_root / self.records.files[index])
 
+    def record(self, index: int) -> str:
+        """Sample ``index`` in error messages: its id, which names it the same in every split that holds it."""
+        return f"id {self.records.ids[index]}"
+
+    def annotation_file(self, index: int) -> str:
+        """The annotation file that declares the size of sample ``index``'s image (used in error messages)."""
+        return f"the annotations of {self.name}"
+
     def load_image(self, index: int) -> Tensor:
         """uint8 or float ``[3, H, W]`` image of sample ``index`` (inside the image root, at most ``max_pixels``)."""
-        path = inside_root(self.source(index), self.image_root, f"record {index} (id {self.records.ids[index]})")
+        path = inside_root(self.source(index), self.image_root, self.record(index))
         return read_image(path, self.max_pixels)
 
     def load_mask(self, index: int) -> Tensor | None:
@@ -186,7 +197,7 @@ class AnnotatedDataset(Dataset):
         if self.records.mask_files is None or not self.records.mask_files[index]:
             return None
         path = self.image_root / self.records.mask_files[index]
-        return read_mask(inside_root(path, self.image_root, f"record {index} (id {self.records.ids[index]})"),
+        return read_mask(inside_root(path, self.image_root, self.record(index)),
                          self.max_pixels)
 
     def guidance_boxes(self, index: int, boxes: np.ndarray, box_labels: np.ndarray,
@@ -197,9 +208,14 @@ class AnnotatedDataset(Dataset):
 
     def load(self, index: int) -> dict[str, Any]:
         """Sample ``index`` before the transform."""
-        record = f"record {index} (id {self.records.ids[index]})"
+        record = self.record(index)
         image = self.load_image(index)
         h, w = image.shape[-2:]
+        if self.records.sizes is not None and tuple(self.records.sizes[index]) != (h, w):
+            declared_h, declared_w = (int(v) for v in self.records.sizes[index])
+            raise DataError(f"{where(self.source(index), record)}: the image file is {w} × {h} pixels (W × H), but "
+                            f"{self.annotation_file(index)} declares {declared_w} × {declared_h}; its boxes are in the "
+                            "declared size's pixels and would be misplaced (fix the annotation's size or the image)")
         boxes, box_labels = self.records.boxes_of(index)
         boxes, box_labels = check_boxes(boxes, box_labels, (h, w), self.box_policy,
                                         where(self.source(index), record))
@@ -219,20 +235,26 @@ class AnnotatedDataset(Dataset):
                            has_boxes=bool(self.annotated[index]), id=str(self.records.ids[index]), mask=mask,
                            group=group)
 
+    def load_checked(self, index: int) -> dict[str, Any]:
+        """Sample ``index`` before the transform (:meth:`load`), anything that goes wrong raised as a
+        :class:`DataError` naming the file and record: the one check of a sample, through which training reads
+        every sample and ``rightreasons prepare`` checks them (:mod:`rightreasons.data.verify`)."""
+        try:
+            return self.load(index)
+        except DataError:
+            raise
+        except Exception as e:  # give worker errors a file and a record; DataLoader re-raises DataError as is
+            raise DataError(f"{where(self.source(index), self.record(index))}: {type(e).__name__}: {e}") from e
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for {self!r}")
         index = index % len(self)
-        record = f"record {index} (id {self.records.ids[index]})"
-        try:
-            sample = self.load(index)
-        except DataError:
-            raise
-        except Exception as e:  # give worker errors a file and a record; DataLoader re-raises DataError as is
-            raise DataError(f"{where(self.source(index), record)}: {type(e).__name__}: {e}") from e
+        sample = self.load_checked(index)
         if self.transform is None:
             return sample
         try:
             return self.transform(sample)
         except Exception as e:
-            raise DataError(f"{where(self.source(index), record)}: transform failed: {type(e).__name__}: {e}") from e
+            raise DataError(f"{where(self.source(index), self.record(index))}: transform failed: "
+                            f"{type(e).__name__}: {e}") from e

@@ -9,6 +9,8 @@
 Model-Guidance release, which tested on val2014.)
 
 * The 80 category ids (1…90 with gaps) map to contiguous class indices 0…79 in increasing id order.
+* Every annotation must have an id of its own and name an image and a category of the file; every image's
+  ``height`` and ``width`` must be its file's (a mismatch is a :class:`DataError` when the image is read).
 * Boxes ``[x, y, w, h]`` become XYXY. Crowd annotations (``iscrowd=1``) follow ``crowd=``: ``"label"`` (default) —
   the class counts for the image label but the region gives no box, so it is excluded from guidance masks;
   ``"ignore"`` — dropped entirely; ``"box"`` — used like any other box (the reference release's behaviour).
@@ -64,7 +66,30 @@ def load_coco(path: Path) -> COCO:
                 raise DataError(f"{path}: {kind}[{k}]: id {record['id']!r} is not an integer")
         if len(index) != len(dataset[kind]):  # pycocotools would silently keep only the last record of an id
             raise DataError(f"{path}: {kind}: {len(dataset[kind]) - len(index)} repeated id(s); ids must be unique")
+    _check_annotations(path, dataset["annotations"], coco)
     return coco
+
+
+def _check_annotations(path: Path, annotations: list, coco: COCO) -> None:
+    """Every annotation has an integer id of its own and names an image and a category of the file: pycocotools
+    would keep only the last annotation of a repeated id and silently leave out those of a missing image."""
+    first: dict[int, int] = {}
+    categories = sorted(coco.cats)
+    for k, ann in enumerate(annotations):
+        what = f"annotations[{k}] (id {ann['id']!r})"
+        if isinstance(ann["id"], bool) or not isinstance(ann["id"], int):
+            raise DataError(f"{path}: {what}: id is not an integer")
+        if ann["id"] in first:
+            raise DataError(f"{path}: annotations[{k}]: id {ann['id']} is used by annotations[{first[ann['id']]}] "
+                            "as well; annotation ids must be unique")
+        first[ann["id"]] = k
+        if ann["image_id"] not in coco.imgs:
+            raise DataError(f"{path}: {what}: image_id {ann['image_id']!r} is not the id of any image of the file "
+                            f"({len(coco.imgs)} images)")
+        if ann["category_id"] not in coco.cats:
+            raise DataError(f"{path}: {what}: category_id {ann['category_id']!r} is not the id of any category of "
+                            f"the file; it defines {len(categories)} categories with ids {categories[:5]}"
+                            f"{'...' if len(categories) > 5 else ''}")
 
 
 def _field(record: dict, key: str, path: Path, what: str):
@@ -110,7 +135,7 @@ class COCO2014(AnnotatedDataset):
         cat_ids = sorted(coco.getCatIds())
         contiguous = {cid: i for i, cid in enumerate(cat_ids)}
         classes = [str(_field(coco.cats[c], "name", ann_path, f"category {c}")) for c in cat_ids]
-        ids, files, labels, boxes, box_labels = [], [], [], [], []
+        ids, files, labels, boxes, box_labels, sizes = [], [], [], [], [], []
         for img_id in sorted(coco.getImgIds()):
             img = coco.imgs[img_id]
             what = f"image {img_id}"
@@ -120,10 +145,7 @@ class COCO2014(AnnotatedDataset):
             b, bl, names = [], [], []
             for ann in coco.imgToAnns.get(img_id, []):
                 ann_what = f"annotation {ann.get('id')} of image {img_id}"
-                cat = _field(ann, "category_id", ann_path, ann_what)
-                if cat not in contiguous:
-                    raise DataError(f"{ann_path}: {ann_what}: unknown category_id {cat!r}; the file defines "
-                                    f"{len(cat_ids)} categories with ids {cat_ids[:5]}...")
+                cat = ann["category_id"]  # an id of a category: load_coco checked
                 if ann.get("iscrowd", 0) not in (0, 1):
                     raise DataError(f"{ann_path}: {ann_what}: iscrowd is {ann['iscrowd']!r}, expected 0 or 1")
                 is_crowd = bool(ann.get("iscrowd", 0))
@@ -149,7 +171,13 @@ class COCO2014(AnnotatedDataset):
             labels.append(label)
             boxes.append(b_arr)
             box_labels.append(bl_arr)
+            sizes.append(canvas)
         del coco
-        records = Records.build(ids, files, np.array(labels, bool).reshape(-1, len(cat_ids)), boxes, box_labels)
+        records = Records.build(ids, files, np.array(labels, bool).reshape(-1, len(cat_ids)), boxes, box_labels,
+                                sizes=sizes)
+        self.annotation_path = ann_path
         super().__init__(records, classes, name="coco2014", split=split, image_root=image_root,
                          box_policy=box_policy, **options)
+
+    def annotation_file(self, index: int) -> str:
+        return f"{self.annotation_path} (image {self.records.ids[index]})"

@@ -6,6 +6,9 @@ that keep what a dataset reads inside its root.
   symlink inside the dataset that points elsewhere is refused (link the dataset directory itself instead).
 * Images larger than :data:`MAX_PIXELS` (or the limit given) are refused from their header, before any pixel is
   decoded: a 17 kB PNG can declare 12000 × 12000 pixels and cost gigabytes once decoded.
+* High-bit-depth grey images are scaled to 8 bits, not clipped (:data:`DEEP_RANGES`): 16-bit integers (PNG, TIFF)
+  ``v → round(v · 255 / 65535)``; floats (TIFF) must lie in ``[0, 1]`` and become ``round(v · 255)``. A NaN or
+  infinite pixel, or a value outside the mode's range, is a :class:`DataError` naming the file.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ from torch import Tensor
 
 from .errors import DataError
 
-__all__ = ["MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask", "read_text", "relative_path",
-           "require_dir", "require_file"]
+__all__ = ["DEEP_RANGES", "MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask", "read_text",
+           "relative_path", "require_dir", "require_file"]
 
 MAX_PIXELS = 40_000_000
 """Default largest image (width × height) a dataset or command reads: 40 megapixels."""
+
+#: PIL mode of a high-bit-depth grey image → the range of its pixel values that maps onto 0 … 255 (16-bit integers in
+#: PIL's 16-bit modes or its 32-bit mode ``I``, which PNG and TIFF readers also use for them; floats in [0, 1])
+DEEP_RANGES = {**dict.fromkeys(("I;16", "I;16L", "I;16B", "I;16N", "I"), 65535.0), "F": 1.0}
 
 
 def require_file(path: str | os.PathLike, what: str) -> Path:
@@ -98,11 +105,29 @@ def open_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS, mod
             if max_pixels is not None and width * height > max_pixels:
                 raise DataError(f"{path}: the image has {width} × {height} = {width * height:,} pixels, more than the "
                                 f"limit of {max_pixels:,} (data.options.max_pixels); resize it or raise the limit")
-            return img.convert(mode)
+            return _eight_bit(img, path).convert(mode)
     except DataError:
         raise
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as e:
         raise DataError(f"{path}: cannot decode image: {e}") from e
+
+
+def _eight_bit(img: Image.Image, path: Path) -> Image.Image:
+    """A high-bit-depth grey image (:data:`DEEP_RANGES`) as 8-bit grey ``L``, scaled from its range; others as
+    they are. Non-finite or out-of-range pixel values are a :class:`DataError` naming ``path``."""
+    if img.mode not in DEEP_RANGES:
+        return img
+    values = np.asarray(img, dtype=np.float64)
+    finite = np.isfinite(values)
+    if not finite.all():
+        raise DataError(f"{path}: {int((~finite).sum())} pixel value(s) of the {img.mode} image are not finite (NaN "
+                        "or ±inf); expected finite grey values")
+    top = DEEP_RANGES[img.mode]
+    low, high = float(values.min()), float(values.max())
+    if low < 0 or high > top:
+        raise DataError(f"{path}: pixel values of the {img.mode} image span [{low:g}, {high:g}], expected "
+                        f"[0, {top:g}]; convert it to 8-bit (or to floats in [0, 1])")
+    return Image.fromarray(np.rint(values * (255.0 / top)).astype(np.uint8))
 
 
 def read_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> Tensor:

@@ -54,15 +54,24 @@ def _box_labels(sample: dict[str, Any]) -> Tensor:
     return sample["box_labels"]
 
 
-class SanitizeBoxes(v2.SanitizeBoundingBoxes):
-    """Remove boxes smaller than ``min_size`` (e.g. cropped away) together with their ``box_labels``.
+MIN_BOX_SIDE = 1e-3
+"""Boxes narrower or lower than this (in pixels), e.g. cropped away, are removed by :class:`SanitizeBoxes`."""
 
-    Unlike torchvision's transform it never touches masks: a segmentation ``[H, W]`` or an explanation ``[C, H, W]``
-    whose first dimension happens to equal the number of boxes must not be filtered as per-instance masks.
+
+class SanitizeBoxes(v2.SanitizeBoundingBoxes):
+    """Remove boxes without area (narrower or lower than :data:`MIN_BOX_SIDE`: cropped away or outside the image)
+    together with their ``box_labels``.
+
+    Unlike torchvision's transform it keeps boxes thinner than a pixel — torchvision's dropped every box under 1 × 1
+    pixels, so a 1-pixel box of a 400 × 400 image vanished at 32 px and guidance went silently off for it; the
+    rasteriser turns such a box into the pixel that holds its centre (:mod:`rightreasons.boxes`). And it never touches
+    masks: a segmentation ``[H, W]`` or an explanation ``[C, H, W]`` whose first dimension happens to equal the number
+    of boxes must not be filtered as per-instance masks.
     """
 
-    def __init__(self, min_size: float = 1.0) -> None:
-        super().__init__(min_size=min_size, labels_getter=_box_labels)
+    def __init__(self) -> None:
+        super().__init__(labels_getter=_box_labels)
+        self.min_size, self.min_area = MIN_BOX_SIDE, MIN_BOX_SIDE ** 2  # below torchvision's own floor of 1 pixel
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         if isinstance(inpt, tv_tensors.Mask):

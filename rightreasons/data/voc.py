@@ -8,7 +8,9 @@
     SegmentationClass/<id>.png        (optional; 422 images, used by the on-object metric)
 
 Boxes: VOC's ``bndbox`` holds 1-based inclusive pixel indices; they become XYXY ``(xmin − 1, ymin − 1, xmax, ymax)``
-so that the box rasterises to exactly the annotated pixels (:mod:`rightreasons.boxes`). ``difficult`` objects
+so that the box rasterises to exactly the annotated pixels (:mod:`rightreasons.boxes`), and are checked against the
+``<size>`` of the file, which must be the JPEG's own size (a mismatch is a :class:`DataError` when the image is
+read: the boxes would be misplaced). ``difficult`` objects
 are kept by default (``use_difficult=False`` drops them, and their class counts for the image label only through
 non-difficult objects). Segmentation masks keep VOC's values: 0 background, k + 1 for class k, 255 void.
 """
@@ -66,9 +68,10 @@ def _dimension(size: ET.Element, tag: str, path: Path) -> int:
 
 
 def parse_voc_xml(path: Path, *, use_difficult: bool = True, box_policy: str = "clip"
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
     """Parse one annotation file into ``boxes [B, 4]`` XYXY (checked against the recorded image size),
-    ``box_labels [B]`` and the bool ``labels [20]`` of the image."""
+    ``box_labels [B]``, the bool ``labels [20]`` of the image and its declared size ``(H, W)`` (which the loader
+    checks against the image file's)."""
     try:
         tree = ET.parse(path)
     except (ET.ParseError, ValueError, LookupError) as e:  # also unsupported or unknown declared encodings
@@ -98,7 +101,7 @@ def parse_voc_xml(path: Path, *, use_difficult: bool = True, box_policy: str = "
                                         canvas, box_policy, str(path), names)
     labels = np.zeros(len(VOC_CLASSES), dtype=bool)
     labels[labels_arr] = True
-    return boxes_arr, labels_arr, labels
+    return boxes_arr, labels_arr, labels, canvas
 
 
 def _read_split(root: Path, split: str) -> list[str]:
@@ -131,20 +134,24 @@ class VOC2007(AnnotatedDataset):
         ann_dir = require_dir(root / "Annotations", "VOC Annotations")
         require_dir(root / "JPEGImages", "VOC JPEGImages")
         seg_dir = root / "SegmentationClass"
-        ids, files, labels, boxes, box_labels, masks = [], [], [], [], [], []
+        ids, files, labels, boxes, box_labels, masks, sizes = [], [], [], [], [], [], []
         for image_id in _read_split(root, split):
             mask = f"SegmentationClass/{image_id}.png" if (seg_dir / f"{image_id}.png").is_file() else ""
             if segmentation_only and not mask:
                 continue
             xml = require_file(ann_dir / f"{image_id}.xml", f"annotation of image {image_id!r}")
-            b, bl, lab = parse_voc_xml(xml, use_difficult=use_difficult, box_policy=box_policy)
+            b, bl, lab, size = parse_voc_xml(xml, use_difficult=use_difficult, box_policy=box_policy)
             ids.append(image_id)
             files.append(f"JPEGImages/{image_id}.jpg")
             labels.append(lab)
             boxes.append(b)
             box_labels.append(bl)
             masks.append(mask)
+            sizes.append(size)
         records = Records.build(ids, files, np.array(labels, bool).reshape(-1, len(VOC_CLASSES)), boxes, box_labels,
-                                mask_files=masks)
+                                mask_files=masks, sizes=sizes)
         super().__init__(records, VOC_CLASSES, name="voc2007", split=split, image_root=root, box_policy=box_policy,
                          **options)
+
+    def annotation_file(self, index: int) -> str:
+        return str(self.image_root / "Annotations" / f"{self.records.ids[index]}.xml")

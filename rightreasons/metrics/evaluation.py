@@ -11,12 +11,17 @@ loop — and accumulates what it measures; :meth:`Evaluator.compute` returns pla
 * distillation adds :class:`rightreasons.distill.fidelity.FidelityEvaluator` (agreement with the teacher,
   explanation similarity).
 
+A model whose logits are not finite (NaN or ±inf) is refused with a :class:`~rightreasons.errors.NonFiniteError` naming
+the model (its file, when scored from one) and the images (:func:`require_finite_logits`), and so is a metric that
+comes out non-finite: a score must never be written as ``NaN``, or pass as a number it is not.
+
 Each process scores its own shard of the dataset (:func:`shard_indices`: every index exactly once, no padding) and the
 torchmetrics states are summed across processes, so a multi-process evaluation equals a single-process one.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +32,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from ..data import collate, transforms_for
+from ..errors import NonFiniteError
 from ..models import load_model
 from .attribution_fn import attribution_fn
 from .classification import GroupAccuracy, MultiLabelClassification
@@ -34,7 +40,8 @@ from .localization import EnergyPointingGame, IoU
 from .localization_pairs import evaluate_localization
 
 __all__ = ["ClassificationEvaluator", "Evaluator", "LocalizationEvaluator", "classifier_evaluators", "evaluate",
-           "format_results", "has_boxes", "is_multilabel", "plain_numbers", "score_model", "shard_indices"]
+           "format_results", "has_boxes", "is_multilabel", "plain_numbers", "require_finite_logits", "score_model",
+           "shard_indices"]
 
 
 class Evaluator(Protocol):
@@ -185,15 +192,37 @@ def classifier_evaluators(dataset: Any, method: str | None = None, layer: str = 
     return evaluators
 
 
+def require_finite_logits(logits: Tensor, source: str, items: Sequence[str]) -> None:
+    """Refuse ``logits [N, K]`` holding NaN or ±inf with a :class:`NonFiniteError` naming ``source`` (the model or its
+    file) and the first of the ``items [N]`` (image ids or files) concerned."""
+    bad = ~torch.isfinite(logits.detach()).all(dim=1)
+    if bad.any():
+        first = int(bad.nonzero()[0, 0])
+        raise NonFiniteError(f"{source}: the model's outputs (logits) are not finite (NaN or ±inf) for "
+                             f"{int(bad.sum())} of {len(bad)} image(s), the first {items[first]}; its weights are "
+                             "probably not finite or overflow, so no metric or explanation of it means anything")
+
+
+def _require_finite_results(results: dict[str, Any], source: str) -> None:
+    """Refuse a metric that came out NaN or ±inf (e.g. EPG of non-finite attributions) naming it and ``source``."""
+    for key, value in results.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise NonFiniteError(f"{source}: metric {key!r} is not finite ({value}); the model's explanations or "
+                                 "outputs are probably not finite")
+
+
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {key: value.to(device) if isinstance(value, Tensor) else value for key, value in batch.items()}
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset: Dataset, evaluators: Sequence[Evaluator], *, batch_size: int,
-             device: torch.device | str, rank: int = 0, world_size: int = 1, num_workers: int = 0) -> dict[str, Any]:
+             device: torch.device | str, rank: int = 0, world_size: int = 1, num_workers: int = 0,
+             source: str = "the evaluated model") -> dict[str, Any]:
     """Run ``model`` (put in eval mode here; the caller restores train mode) over this process's shard of
-    ``dataset`` and return the merged results of all ``evaluators`` (computed across processes)."""
+    ``dataset`` and return the merged results of all ``evaluators`` (computed across processes). Non-finite logits
+    or metrics are a :class:`NonFiniteError` naming ``source``."""
     model.eval()
     device = torch.device(device)
     shard = Subset(dataset, shard_indices(len(dataset), rank, world_size))
@@ -201,26 +230,31 @@ def evaluate(model: nn.Module, dataset: Dataset, evaluators: Sequence[Evaluator]
     for batch in loader:
         batch = _to_device(batch, device)
         logits = model(batch["image"])
+        require_finite_logits(logits, source, [f"id {i}" for i in batch["id"]])
         for evaluator in evaluators:
             evaluator.update(model, batch, logits)
     results: dict[str, Any] = {}
     for evaluator in evaluators:
         results.update(evaluator.compute())
+    _require_finite_results(results, source)
     return results
 
 
 def score_model(model: nn.Module | str | Path, dataset: Any, *, image_size: int, method: str | None,
                 layer: str = "input", iou_threshold: float = 0.5, extra: Sequence[Evaluator] = (),
-                batch_size: int = 64, device: torch.device | str = "cpu") -> dict[str, Any]:
+                batch_size: int = 64, device: torch.device | str = "cpu", source: str | None = None
+                ) -> dict[str, Any]:
     """Score a trained ``model`` (or a model file, :func:`rightreasons.load_model`) on ``dataset``: its samples get
     the model's evaluation transform at ``image_size`` (full image, no crop); classification metrics, EPG and IoU of
     ``method`` at ``layer`` when ``method`` is set and ``dataset`` has boxes, and the metrics of the ``extra``
     evaluators (e.g. fidelity to a teacher), in one pass. The results also say which method scored localisation
-    (``method``: ``None`` when none did), at which ``layer``, on how many ``images``."""
+    (``method``: ``None`` when none did), at which ``layer``, on how many ``images``. ``source`` names the model in
+    errors (default: its file, when ``model`` is one)."""
+    source = source or (str(model) if isinstance(model, (str, Path)) else "the evaluated model")
     model = (load_model(model) if isinstance(model, (str, Path)) else model).to(device)
     dataset.transform = transforms_for(model, image_size, crop_fraction=1.0)
     method = method if has_boxes(dataset) else None
     evaluators = [*classifier_evaluators(dataset, method, layer, iou_threshold=iou_threshold, batch_size=batch_size),
                   *extra]
-    results = evaluate(model, dataset, evaluators, batch_size=batch_size, device=device)
+    results = evaluate(model, dataset, evaluators, batch_size=batch_size, device=device, source=source)
     return {"images": len(dataset), "method": method, "layer": layer, **results}

@@ -65,7 +65,7 @@ def test_bad_files_and_records_are_named(tmp_path, coco):
         load_dataset("coco2014", tmp_path, "val")
     bad = ANNOTATIONS + [{"id": 5, "image_id": 7, "category_id": 77, "bbox": [0, 0, 1, 1], "iscrowd": 0}]
     coco(bad)
-    with pytest.raises(DataError, match=r"annotation 5 of image 7: unknown category_id 77"):
+    with pytest.raises(DataError, match=r"annotations\[4\] \(id 5\): category_id 77 is not the id of any category"):
         load_dataset("coco2014", tmp_path, "val")
     bad = ANNOTATIONS + [{"id": 6, "image_id": 7, "category_id": 3, "bbox": [4, 4, 0, 3], "iscrowd": 0}]
     coco(bad)
@@ -85,10 +85,12 @@ def test_prepare_checks_images_and_checksums(coco, capsys):
     assert main(["prepare", "coco2014", "--root", str(root), "--allow-partial", "--checksums",
                  str(root / "sums.md5")]) == 1
     out = capsys.readouterr().out
-    assert "val: 3 images, 4 annotations (1 crowd), 3 categories, 1 images without annotations" in out
+    assert "val: 3 images (1 without annotations), 3 boxes, 3 categories" in out
     assert "instances_train2014.json" in out and "instances_val2014.json: md5" in out
     (root / "val2014" / "COCO_val2014_000000000099.jpg").unlink()
     main(["prepare", "coco", "--root", str(root), "--allow-partial"])
-    assert "1 image(s) of split 'val' missing" in capsys.readouterr().out
+    assert "1 image(s) of split 'val' refused by the loader" in capsys.readouterr().out
     report = prepare_coco.check(root, allow_partial=True)
-    assert report.exit_code == 1 and any("1 image(s) of split 'val' missing" in p for p in report.problems)
+    assert report.exit_code == 1 and any("1 image(s) of split 'val' refused" in p and
+                                         "COCO_val2014_000000000099.jpg: image file not found" in p
+                                         for p in report.problems)

@@ -84,11 +84,12 @@ def test_explanations_are_interpolated_not_nearest():
 
 def test_sanitize_drops_boxes_but_never_masks_or_explanations():
     s = {"image": tv_tensors.Image(torch.rand(3, 10, 10)),
-         "boxes": tv_tensors.BoundingBoxes([[0, 0, 4, 4], [5, 5, 5.5, 9]], format="XYXY", canvas_size=(10, 10)),
-         "box_labels": torch.tensor([3, 1]), "labels": torch.tensor([0.0, 1, 0, 1]),
+         "boxes": tv_tensors.BoundingBoxes([[0, 0, 4, 4], [5, 5, 5, 9], [5, 5, 5.5, 9]], format="XYXY",
+                                           canvas_size=(10, 10)),
+         "box_labels": torch.tensor([3, 1, 2]), "labels": torch.tensor([0.0, 1, 1, 1]),
          "explanation": ExplanationMap(torch.rand(2, 10, 10)), "mask": tv_tensors.Mask(torch.zeros(2, 10, 10))}
-    out = SanitizeBoxes()(s)
-    assert out["box_labels"].tolist() == [3] and len(out["boxes"]) == 1
+    out = SanitizeBoxes()(s)  # only the box without area goes; one thinner than a pixel stays
+    assert out["box_labels"].tolist() == [3, 2] and len(out["boxes"]) == 2
     assert out["explanation"].shape == (2, 10, 10) and out["mask"].shape == (2, 10, 10)
     assert torch.equal(out["labels"], s["labels"])
 
@@ -168,5 +169,19 @@ def test_frozen_explanations_through_a_two_worker_loader(tmp_path):
         inside = (b["explanation"][:, 0] > 0.5) == (b["mask"] > 0)
         assert inside.float().mean() > 0.97  # bilinear vs nearest resampling of the same object
     del cache[base.ids[5]]
-    with pytest.raises(DataError, match=r"000005\.png: record 5 .*: transform failed: .*no cached explanation"):
+    with pytest.raises(DataError, match=r"000005\.png: id \S+: transform failed: .*no cached explanation"):
         ds[5]
+
+
+@pytest.mark.parametrize("preset", ["eval", "train"])
+def test_one_pixel_boxes_of_large_images_survive_the_presets_at_32_px(tmp_path, write_voc, preset):
+    """1-pixel boxes of 400 × 400 VOC images become 0.08 px at 32 px; torchvision's sanitiser (at least 1 px) dropped
+    them, the image lost its boxes and guidance went off without a word. They now reach the guidance mask, as the
+    pixel holding their centre (rightreasons.boxes)."""
+    voc = write_voc(tmp_path, {"000001": (400, 400, [("dog", 101, 201, 101, 201, 0)])}, {"train": ["000001"]})
+    transform = eval_transform(32, crop_fraction=1.0) if preset == "eval" else \
+        train_transform(32, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=0.0)
+    sample = load_dataset("voc2007", voc, "train", transform=transform)[0]
+    assert sample["boxes"][0].tolist() == pytest.approx([100 * 0.08, 200 * 0.08, 101 * 0.08, 201 * 0.08])
+    mask = boxes_to_masks(sample["boxes"], sample["box_labels"], int(sample["box_labels"][0]))
+    assert mask.sum() == 1 and mask[16, 8]

@@ -159,7 +159,8 @@ def test_evaluation_masks_follow_the_pixel_centre_rule():
     expected[0, 0] = True          # centre (0.5, 0.5) only; pixel (0, 1) overlaps the box but its centre 1.5 is outside
     expected[3:4, 3:5] = True
     assert torch.equal(mask, expected)
-    assert not _evaluation_mask([[0.6, 0.0, 1.4, 4.0]]).any()  # overlaps two columns, contains neither centre
+    thin = _evaluation_mask([[0.6, 0.0, 1.4, 4.0]])  # overlaps two columns, holds neither centre: its centre's pixel
+    assert thin.sum() == 1 and thin[2, 1]
     assert not _evaluation_mask(torch.zeros(0, 4)).any()
     with pytest.raises(ValueError, match="x2 >= x1"):
         _evaluation_mask([[3.0, 0.0, 1.0, 2.0]])

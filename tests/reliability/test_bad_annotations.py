@@ -144,8 +144,9 @@ def test_fuzzed_voc_records(fields, policy):
         result = outcome(lambda: parse_voc_xml(path, box_policy=policy), path)
     if result is None:
         return
-    (boxes, box_labels, labels), repaired = result
-    assert_valid_boxes(boxes, (int(float(fields[("size", "height")])), int(float(fields[("size", "width")]))))
+    (boxes, box_labels, labels, size), repaired = result
+    assert size == (int(float(fields[("size", "height")])), int(float(fields[("size", "width")])))
+    assert_valid_boxes(boxes, size)
     assert labels.sum() == len(set(box_labels.tolist())) and labels[box_labels].all()
     if not repaired:  # nothing announced: the boxes are exactly those of the file (VOC's 1-based pixel indices)
         objects = sorted({k[0] for k in fields if k[0] != "size"})
@@ -356,5 +357,5 @@ def test_huge_voc_box_follows_the_box_policy(tmp_path, policy, expected):
             parse_voc_xml(path, box_policy=policy)
         return
     with pytest.warns(BoxWarning, match=r"000003\.xml: object 0 \(dog\): .*clipped 1 box"):
-        boxes, _, _ = parse_voc_xml(path, box_policy=policy)
+        boxes, *_ = parse_voc_xml(path, box_policy=policy)
     assert boxes.tolist() == [[4.0, 5.0, 40.0, 25.0]]

@@ -118,3 +118,38 @@ def test_corrupt_image_in_a_worker_is_raised_in_the_main_process_naming_the_file
     with pytest.raises(DataError, match=rf"(?s)Caught DataError in DataLoader worker.*{NAMES[2]}: cannot decode image"):
         for _ in loader:
             pass
+
+
+def _saved(array: np.ndarray, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def test_a_16_bit_png_is_scaled_to_8_bit_not_clipped_to_white(tmp_path):
+    """A 16-bit grey PNG (PIL mode I;16) of values v reads as round(v / 257) in every channel: 65535 → 255, not
+    everything above 255 → 255 (the image read 99.7 % white)."""
+    ramp = (np.arange(24 * 32).reshape(24, 32) * 85).astype(np.uint16)  # 0 … 65195
+    root = write_waterbirds(tmp_path, [_saved(ramp, "PNG")] * len(NAMES))
+    image = load_dataset("waterbirds100", root, "train").load_image(0)
+    expected = torch.from_numpy(np.rint(ramp / 257.0).astype(np.uint8))
+    assert image.dtype == torch.uint8 and torch.equal(image, expected.expand(3, -1, -1))
+
+
+def test_a_float_image_in_the_unit_range_is_scaled_to_8_bit(tmp_path):
+    values = np.linspace(0, 1, 24 * 32, dtype=np.float32).reshape(24, 32)
+    root = write_waterbirds(tmp_path, [_saved(values, "TIFF")] * len(NAMES))
+    image = load_dataset("waterbirds100", root, "train").load_image(0)
+    assert torch.equal(image[0], torch.from_numpy(np.rint(values.astype(np.float64) * 255).astype(np.uint8)))
+
+
+@pytest.mark.parametrize("bad, message", [(np.nan, "not finite"), (np.inf, "not finite"), (-np.inf, "not finite"),
+                                          (7.5, r"span \[0, 7\.5\], expected \[0, 1\]")])
+def test_non_finite_or_out_of_range_float_pixels_are_refused_naming_the_file(tmp_path, bad, message):
+    """A float TIFF (PIL mode F) mapped NaN to 0 and inf to 255 silently; now its file is named."""
+    values = np.full((24, 32), 0.5, np.float32)
+    values[3, 4] = bad
+    values[0, 0] = 0.0
+    root = write_waterbirds(tmp_path, [_saved(values, "TIFF")] * len(NAMES))
+    with pytest.raises(DataError, match=rf"{NAMES[0]}: .*{message}"):
+        load_dataset("waterbirds100", root, "train")[0]

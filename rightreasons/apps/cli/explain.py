@@ -176,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
     from ...classification.loss import class_probabilities
     from ...explain import class_name, explain, prediction_caption
     from ...fileio import writable_directory
+    from ...metrics.evaluation import require_finite_logits
     from ...models import capabilities
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
     writable_directory(args.out, "--out")
     for path, stem, xi in zip(paths, _output_stems(paths), x):
         result = explain(model, xi[None], target=target)
+        require_finite_logits(result.logits, str(args.checkpoint or args.model), [str(path)])
         probabilities = class_probabilities(result.logits, link)[0]
         predicted, target = int(result.logits.argmax(1)), int(result.target)
         caption = prediction_caption(probabilities, target, caps.classes, result.logits[0])

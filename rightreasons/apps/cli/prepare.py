@@ -2,18 +2,21 @@
 derived from it.
 
 Each prints what it found and exactly what is missing or wrong; exit code 1 if anything is (see
-:mod:`rightreasons.data.prepare`). ``--root`` defaults to the ``data.root`` of the shipped configs
-(:data:`DEFAULT_ROOTS`), so that a download put there is found by ``configs/guidance/*.yaml`` without overrides.
+:mod:`rightreasons.data.prepare`). The checks are the loaders' own: every split is built and every image read as
+training reads it, so a dataset that passes trains, and one that training refuses fails here with the same message.
+``--root`` defaults to the ``data.root`` of the shipped configs (:data:`DEFAULT_ROOTS`), so that a download put there
+is found by ``configs/guidance/*.yaml`` without overrides.
 The short names ``voc``, ``coco`` and ``waterbirds`` are accepted too.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .arguments import unit_float
+from .arguments import non_negative_int, unit_float
 
 if TYPE_CHECKING:  # the check modules import the data package (torch) when the command runs
     from ...data.prepare import Report
@@ -26,8 +29,11 @@ DEFAULT_ROOTS = {"voc2007": "data/VOCdevkit/VOC2007", "coco2014": "data/coco",
 
 
 def _root(parser: argparse.ArgumentParser, dataset: str, what: str) -> None:
+    """The options of every dataset: ``--root`` and ``--workers``."""
     parser.add_argument("--root", type=Path, default=Path(DEFAULT_ROOTS[dataset]),
                         help=f"{what} (default {DEFAULT_ROOTS[dataset]}, the data.root of the shipped configs)")
+    parser.add_argument("--workers", type=non_negative_int, default=min(8, os.cpu_count() or 1),
+                        help="processes that read the images (0: this one; default: the CPUs, at most 8)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     s = datasets.add_parser("voc2007", aliases=["voc"], help="PASCAL VOC 2007",
                             description="Check a PASCAL VOC 2007 download for load_dataset('voc2007', ROOT, split): "
-                                        "the layout, an image and an annotation for every listed id, the official "
-                                        "image counts and, with --tars, the md5 of the release tar files.")
+                                        "the layout, every split read by the loader as training reads it (lists, "
+                                        "annotations, every image), the official image counts and, with --tars, the "
+                                        "md5 of the release tar files.")
     _root(s, "voc2007", "VOCdevkit/VOC2007 (or a folder holding it)")
     s.add_argument("--tars", type=Path, help="folder with the two release tar files, to check their md5")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official image counts")
@@ -45,8 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     s = datasets.add_parser("coco2014", aliases=["coco"], help="MS COCO 2014",
                             description="Check an MS COCO 2014 download for load_dataset('coco2014', ROOT, split): "
-                                        "both instances files, every image they list, the official image counts "
-                                        "and, with --checksums, an md5sum-style file.")
+                                        "both instances files and every image they list, read by the loader as "
+                                        "training reads them, the official image counts and, with --checksums, an "
+                                        "md5sum-style file.")
     _root(s, "coco2014", "the COCO root (annotations/, train2014/, val2014/)")
     s.add_argument("--checksums", type=Path, help="md5sum-style file of paths relative to ROOT")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official counts")
@@ -69,19 +77,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_voc(args: argparse.Namespace) -> int:
     from ...data.prepare import voc
 
-    return _report(voc.check(args.root, args.tars, args.allow_partial))
+    return _report(voc.check(args.root, args.tars, args.allow_partial, args.workers))
 
 
 def run_coco(args: argparse.Namespace) -> int:
     from ...data.prepare import coco
 
-    return _report(coco.check(args.root, args.checksums, args.allow_partial))
+    return _report(coco.check(args.root, args.checksums, args.allow_partial, args.workers))
 
 
 def run_waterbirds(args: argparse.Namespace) -> int:
     from ...data.prepare import waterbirds
 
-    return _report(waterbirds.check(args.root, args.segmentations, args.threshold, args.box_file))
+    return _report(waterbirds.check(args.root, args.segmentations, args.threshold, args.box_file, args.workers))
 
 
 def _report(report: Report) -> int:

@@ -91,7 +91,7 @@ def run_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, Pat
 def run_evaluate(args: argparse.Namespace) -> int:
     from ...classification import score_checkpoint
     from ...data import default_test_split
-    from ...fileio import writable_file, write_text_atomic
+    from ...fileio import json_text, writable_file, write_text_atomic
     from ..tasks import load_task_config
 
     if args.out:
@@ -103,7 +103,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     split = args.split or default_test_split(config.data.name)
     logger.info("evaluating %s on split %r of %s (config: %s)", args.checkpoint, split, config.data.name, source)
     results = {"config": str(source), **score_checkpoint(config, args.checkpoint, split)}
-    text = json.dumps(results, indent=2)
+    text = json_text(results, str(args.out or "the results"))
     if args.out:
         write_text_atomic(args.out, text)
     print(text)

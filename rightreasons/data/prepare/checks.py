@@ -1,14 +1,19 @@
-"""Helpers of the download checks of ``rightreasons prepare``: a problem report and checksums."""
+"""Helpers of the download checks of ``rightreasons prepare``: a problem report, the loaders' own checks of a split
+(:func:`check_split`, the one dataset check shared with training) and checksums."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ...fileio import file_digest
+from ..base import AnnotatedDataset
+from ..errors import BoxWarning, DataError
+from ..verify import sample_problems
 
-__all__ = ["Report", "read_checksum_file", "verify_checksums"]
+__all__ = ["Report", "check_split", "read_checksum_file", "verify_checksums"]
 
 
 class Report:
@@ -38,6 +43,32 @@ class Report:
     @property
     def exit_code(self) -> int:
         return 1 if self.problems else 0
+
+
+def check_split(report: Report, split: str, load: Callable[[], AnnotatedDataset], checked: set[str],
+                workers: int) -> AnnotatedDataset | None:
+    """Build the loader of ``split`` (``load()``: its annotation files, split list and ids checked) and load each of
+    its samples not in ``checked`` (image ids already checked in another split; updated) as training does, with
+    ``workers`` processes (:func:`~rightreasons.data.verify.sample_problems`). What they refuse goes to ``report``
+    with the loader's own messages; boxes the loader repairs under its box policy are noted. Returns the dataset, or
+    None when the loader refused the split."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", BoxWarning)
+        try:
+            dataset = load()
+        except DataError as e:
+            report.problem(str(e))
+            return None
+    repaired = sum(issubclass(w.category, BoxWarning) for w in caught)
+    if repaired:
+        report.note(f"{split}: {repaired} annotation(s) hold boxes the loader repairs (clipped to the image or "
+                    "dropped, by its box_policy, with a warning)")
+    todo = [i for i, image_id in enumerate(dataset.ids) if image_id not in checked]
+    checked.update(dataset.ids)
+    problems = sample_problems(dataset, todo, workers)
+    if problems:
+        report.problem(f"{len(problems)} image(s) of split '{split}' refused by the loader", problems)
+    return dataset
 
 
 def verify_checksums(expected: dict[str, str], root: str | os.PathLike, report: Report) -> None:

@@ -1,14 +1,16 @@
 """Check a Waterbirds-100 download and build its bird box file for ``load_dataset("waterbirds100", ROOT, split)``.
 
     rightreasons prepare waterbirds100 --root ROOT [--segmentations DIR] [--threshold 0.5] [--box-file boxes.csv]
+                                       [--workers N]
 
-ROOT holds ``metadata.csv`` and the images (``waterbird_1.0_forest2water2``). Checks that the metadata parses, that
-every image exists, and prints the images per split and group (the training split of Waterbirds-100 has only G1
-and G4). With ``--segmentations DIR`` (CUB-200-2011's ``segmentations/``, unpacked from ``segmentations.tgz``:
+ROOT holds ``metadata.csv`` and the images (``waterbird_1.0_forest2water2``). Checks that the metadata parses, then
+each split with the loader itself (the box file covering it, every image read as training reads it:
+:func:`~.checks.check_split`), and prints the images per split and group (the training split of Waterbirds-100 has
+only G1 and G4). With ``--segmentations DIR`` (CUB-200-2011's ``segmentations/``, unpacked from ``segmentations.tgz``:
 one ``<img_filename>.png`` per image, the bird mask the dataset was composed with) it writes the box file
 ``ROOT/boxes.csv``: the tight box of the mask pixels above ``threshold`` × 255, scaled to the image size when the
 mask differs in size (format documented in :mod:`rightreasons.data.waterbirds`). Without it, it checks that the box
-file covers every image. Prints exactly what is missing; exit code 1 if anything is.
+file covers every image. Prints exactly what is missing or wrong; exit code 1 if anything is.
 """
 
 from __future__ import annotations
@@ -17,18 +19,17 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-from .checks import Report
+from .checks import Report, check_split
 from ...errors import DataError
 from ...fileio import write_csv_atomic
-from ..waterbirds import BOX_COLUMNS, GROUP_NAMES, SPLIT_CODES, read_box_file, read_metadata
+from ..io import open_image
+from ..waterbirds import BOX_COLUMNS, GROUP_NAMES, SPLIT_CODES, Waterbirds100, read_metadata
 
 
 def mask_box(mask_path: Path, image_size: tuple[int, int], threshold: float) -> list[float] | None:
     """XYXY box of the mask pixels above ``threshold`` in the coordinates of an image of ``(W, H)``; None if empty."""
-    with Image.open(mask_path) as img:
-        mask = np.asarray(img.convert("L"), dtype=np.float32) / 255.0
+    mask = np.asarray(open_image(mask_path, mode="L"), dtype=np.float32) / 255.0
     ys, xs = np.nonzero(mask > threshold)
     if len(xs) == 0:
         return None
@@ -38,15 +39,21 @@ def mask_box(mask_path: Path, image_size: tuple[int, int], threshold: float) -> 
 
 def write_boxes(root: Path, names: list[str], segmentations: Path, threshold: float, box_file: Path,
                 report: Report) -> None:
-    rows, missing, empty = [], [], []
+    rows, missing, empty, broken = [], [], [], []
     for name in names:
         mask_path = (segmentations / name).with_suffix(".png")
         if not mask_path.is_file():
             missing.append(str(mask_path))
             continue
-        with Image.open(root / name) as img:
-            size = img.size
-        box = mask_box(mask_path, size, threshold)
+        try:
+            size = open_image(root / name).size
+        except DataError:
+            continue  # the image's problem is reported by the loader's check of its split
+        try:
+            box = mask_box(mask_path, size, threshold)
+        except DataError as e:
+            broken.append(str(e))
+            continue
         if box is None:
             empty.append(str(mask_path))
             continue
@@ -55,12 +62,14 @@ def write_boxes(root: Path, names: list[str], segmentations: Path, threshold: fl
         report.problem(f"{len(missing)} segmentation mask(s) missing", missing)
     if empty:
         report.problem(f"{len(empty)} segmentation mask(s) with no pixel above the threshold", empty)
+    if broken:
+        report.problem(f"{len(broken)} segmentation mask(s) unreadable", broken)
     write_csv_atomic(box_file, BOX_COLUMNS, rows)
     report.note(f"wrote {len(rows)} boxes to {box_file}")
 
 
 def check(root: Path, segmentations: Path | None = None, threshold: float = 0.5,
-          box_file: str = "boxes.csv") -> Report:
+          box_file: str = "boxes.csv", workers: int = 0) -> Report:
     report = Report(f"Waterbirds-100 at {root}")
     meta = root / "metadata.csv"
     if not meta.is_file():
@@ -77,9 +86,6 @@ def check(root: Path, segmentations: Path | None = None, threshold: float = 0.5,
     if counts[(0, 1)] or counts[(0, 2)]:
         report.note("the training split holds G2/G3 images: this is not the 100 %-correlated Waterbirds-100")
     names = [r[0] for r in rows]
-    missing = [str(root / n) for n in names if not (root / n).is_file()]
-    if missing:
-        report.problem(f"{len(missing)} image(s) missing", missing)
     box_path = root / box_file
     if segmentations is not None:
         write_boxes(root, [n for n in names if (root / n).is_file()], segmentations, threshold, box_path, report)
@@ -87,12 +93,8 @@ def check(root: Path, segmentations: Path | None = None, threshold: float = 0.5,
         report.problem("box file missing; build it from the CUB-200-2011 bird masks with --segmentations "
                        "DIR/segmentations (segmentations.tgz unpacked)", [str(box_path)])
         return report
-    try:
-        boxes = read_box_file(box_path)
-    except DataError as e:
-        report.problem(str(e))
-        return report
-    uncovered = [n for n in names if n not in boxes]
-    if uncovered:
-        report.problem(f"{len(uncovered)} image(s) without a box in {box_path}", uncovered)
+    checked: set[str] = set()
+    for split in SPLIT_CODES:
+        check_split(report, split, lambda: Waterbirds100(root, split, box_file=box_file, train_like_val=False),
+                    checked, workers)
     return report

@@ -49,8 +49,8 @@ from ..options import require_int, require_number
 from .draw import (EXTENT, SHAPES, backgrounds, composite, draw_objects, finish, object_colours, place_quadrants,
                    tight_boxes, uniform)
 
-__all__ = ["BIRD_CLASSES", "CHUNK", "CONTEXTS", "CONTEXT_OF_SHAPE", "DEFAULT_SIZES", "PLACES", "SPLITS", "TASKS",
-           "SyntheticConfig", "SyntheticData", "generate"]
+__all__ = ["BIRD_CLASSES", "CHUNK", "CONTEXTS", "CONTEXT_OF_SHAPE", "DEFAULT_SIZES", "MAX_SIDE", "MAX_SPLIT_PIXELS",
+           "PLACES", "SPLITS", "TASKS", "SyntheticConfig", "SyntheticData", "generate", "require_split_size"]
 
 BIRD_CLASSES = ("landbird", "waterbird")
 PLACES = ("land", "water")
@@ -58,6 +58,11 @@ CONTEXTS = ("grass", "water", "sand")
 CONTEXT_OF_SHAPE = (0, 1, 2, -1, -1, -1)  # disc ↔ grass, triangle ↔ water, square ↔ sand; the rest anywhere
 TASKS = ("birds", "multilabel")
 CHUNK = 512
+MAX_SIDE = 512
+"""Largest image side: the benchmark is drawn at 32–64 px; one chunk of 512 images of 512 × 512 px is drawn in 1.6 GB
+of float32."""
+MAX_SPLIT_PIXELS = 2 ** 30
+"""Most pixels of one split (images × side²): a split is held in memory at 4 bytes a pixel (RGB and mask), 4 GiB."""
 _BIRD_SHAPES = (0, 1)  # landbird = disc, waterbird = triangle
 _BIRD_HUES = (0.05, 0.8)  # landbirds orange-red, waterbirds purple-magenta: away from the background hues
 
@@ -74,7 +79,8 @@ class SyntheticConfig:
     sizes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SIZES))
 
     def __post_init__(self) -> None:
-        require_int("size", self.size, 16, why="synthetic images need a side of at least 16 pixels")
+        require_int("size", self.size, 16, at_most=MAX_SIDE,
+                    why=f"synthetic images have a side of 16 to {MAX_SIDE} pixels")
         if self.correlation is not None:
             require_number("correlation", self.correlation, 0.0, 1.0)
         require_number("difficulty", self.difficulty, 0.0, 1.0)
@@ -84,7 +90,7 @@ class SyntheticConfig:
         if unknown:
             raise UsageError(f"unknown split(s) {sorted(unknown)}; expected {', '.join(SPLITS)}")
         for split, n in self.sizes.items():
-            require_int(f"sizes.{split}", n, 0)
+            require_split_size(f"sizes.{split}", n, self.size)
 
     def correlation_for(self, task: str) -> float:
         if self.correlation is not None:
@@ -100,6 +106,14 @@ class SyntheticData:
     masks: Tensor
     records: Records
     classes: tuple[str, ...]
+
+
+def require_split_size(option: str, n: object, size: int) -> None:
+    """Refuse a split of ``n`` images of ``size × size`` pixels unless ``n`` is an integer that keeps the split within
+    :data:`MAX_SPLIT_PIXELS`."""
+    most = MAX_SPLIT_PIXELS // size ** 2
+    require_int(option, n, 0, at_most=most, why=f"at most {MAX_SPLIT_PIXELS:,} pixels a split, held in memory: "
+                                                f"{most:,} images of {size} × {size}")
 
 
 def _seed(*parts: int) -> int:
@@ -198,7 +212,7 @@ def _generate(task: str, split: str, n: int | None, config: SyntheticConfig) -> 
     if split not in SPLITS:
         raise UsageError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if n is not None:
-        require_int("n", n, 0)
+        require_split_size("n", n, config.size)
     n = config.sizes.get(split, DEFAULT_SIZES[split]) if n is None else n
     task_id, split_id = (0 if task == "birds" else 1), SPLITS.index(split)
     balanced = task == "birds" and split in ("val", "test")

@@ -30,12 +30,12 @@ from torch import Tensor
 
 from ...choices import SYNTHETIC_NAMES as NAMES
 from ..base import AnnotatedDataset, Records
-from ...errors import ConfigError
-from ...fileio import writable_directory, write_json_atomic
+from ...errors import ConfigError, UsageError
+from ...fileio import require_free_space, writable_directory, write_json_atomic
 from ..errors import DataError
 from ..io import read_text, relative_path, require_file
 from ..waterbirds import GROUP_NAMES
-from .generate import CONTEXTS, SPLITS, SyntheticConfig, SyntheticData, generate
+from .generate import CONTEXTS, DEFAULT_SIZES, SPLITS, SyntheticConfig, SyntheticData, generate
 
 __all__ = ["FORMAT", "GROUPS", "NAMES", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
 
@@ -70,10 +70,26 @@ def _task_of(name: str) -> str:
 
 def write_synthetic(out: str | os.PathLike, name: str, config: SyntheticConfig | None = None,
                     splits: Sequence[str] = SPLITS) -> Path:
-    """Generate ``splits`` of dataset ``name`` and write them in the on-disk format; returns ``out/index.json``."""
+    """Generate ``splits`` of dataset ``name`` and write them in the on-disk format; returns ``out/index.json``.
+
+    The index of an earlier dataset in ``out`` is removed first, and a disk with less free space than the raw pixels
+    (4 bytes each) is refused before any work; a write that fails all the same (a full disk, a file size limit) is a
+    :class:`UsageError` naming ``out`` and the cause. Either way ``out`` then holds no ``index.json``, so no
+    half-written dataset is ever loaded."""
     config = config or SyntheticConfig()
     task = _task_of(name)
     out = writable_directory(out)
+    pixels = sum(config.sizes.get(split, DEFAULT_SIZES[split]) for split in splits) * config.size ** 2
+    require_free_space(out, 4 * pixels, f"the synthetic dataset {name} (images and masks)")
+    (out / "index.json").unlink(missing_ok=True)
+    try:
+        return _write_splits(out, name, task, config, splits)
+    except OSError as e:
+        raise UsageError(f"{out}: cannot write the synthetic dataset {name}: {e}; the folder holds no index.json, so "
+                         "nothing half-written will be loaded (free space, then run the command again)") from e
+
+
+def _write_splits(out: Path, name: str, task: str, config: SyntheticConfig, splits: Sequence[str]) -> Path:
     index: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": name, "classes": None,
                              "config": {**asdict(config), "correlation": config.correlation_for(task)},
                              "splits": {}}
