@@ -15,8 +15,8 @@ This module imports nothing of rightreasons, so that every layer can raise these
 
 from __future__ import annotations
 
-__all__ = ["CacheError", "CheckpointError", "ConfigError", "DataError", "RightReasonsError", "TrainingError",
-           "UnknownNameError", "UsageError", "WeightsUnavailableError"]
+__all__ = ["CacheError", "CheckpointError", "ConfigError", "DataError", "DivergenceError", "RightReasonsError",
+           "TrainingError", "UnknownNameError", "UsageError", "WeightsUnavailableError"]
 
 
 class RightReasonsError(Exception):
@@ -41,6 +41,11 @@ class CacheError(RightReasonsError, ValueError):
 
 class TrainingError(RightReasonsError, RuntimeError):
     """Training cannot start or go on (e.g. repeated non-finite losses); the message says why and what to check."""
+
+
+class DivergenceError(TrainingError):
+    """Training diverged: non-finite gradients several steps in a row, non-finite weights or non-finite validation
+    metrics; the message names the step and what was non-finite, and the last finite checkpoint is kept."""
 
 
 class UsageError(RightReasonsError, ValueError):

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from rightreasons.apps.cli import main
-from rightreasons.engine.launch import LOCK_FILE, OutputLock, use_cpu
+from rightreasons.engine.launch import use_cpu
+from rightreasons.fileio import LOCK_FILE, DirectoryLock
 from rightreasons.engine.trainer import EXIT_PREEMPTED
 from rightreasons.errors import TrainingError
 
@@ -68,9 +69,9 @@ def test_a_second_run_into_the_output_directory_of_a_running_one_is_refused(tmp_
 
 OTHER_PROCESS = """
 import sys
-from rightreasons.engine.launch import OutputLock
 from rightreasons.errors import TrainingError
-lock = OutputLock(sys.argv[1])
+from rightreasons.fileio import DirectoryLock
+lock = DirectoryLock(sys.argv[1], error=TrainingError)
 for line in sys.stdin:
     try:
         lock.acquire()
@@ -92,7 +93,7 @@ def test_the_lock_is_exclusive_between_processes_reentrant_within_one_and_dies_w
         return other.stdout.readline().strip()
 
     try:
-        first, again = OutputLock(tmp_path), OutputLock(tmp_path)
+        first, again = DirectoryLock(tmp_path, error=TrainingError), DirectoryLock(tmp_path, error=TrainingError)
         first.acquire()
         again.acquire()  # a run restarted in this process (e.g. after an exception) takes it again
         assert f"is in use by another run (process {os.getpid()} on host" in other_tries()
@@ -102,13 +103,13 @@ def test_the_lock_is_exclusive_between_processes_reentrant_within_one_and_dies_w
         assert other_tries() == "locked"
         with pytest.raises(TrainingError, match=rf"output directory {tmp_path} is in use by another run \(process "
                                                 rf"{other.pid} on host .*\); two runs writing one directory would "
-                                                r"corrupt its checkpoints: wait for that run to end"):
-            OutputLock(tmp_path).acquire()
+                                                r"corrupt what it holds: wait for that run to end"):
+            DirectoryLock(tmp_path, error=TrainingError).acquire()
     finally:
         other.kill()
         other.wait()
     assert _holder(tmp_path / LOCK_FILE)["pid"] == other.pid  # the killed run's name is still in the file
-    lock = OutputLock(tmp_path)
+    lock = DirectoryLock(tmp_path, error=TrainingError)
     lock.acquire()
     assert _holder(tmp_path / LOCK_FILE)["pid"] == os.getpid()
     lock.release()
