@@ -6,7 +6,8 @@
 * the run's output directory is locked by the main process before anything is written and held until the run ends
   (:class:`rightreasons.fileio.DirectoryLock`, the one lock of every directory a command writes).
 * :func:`start_checks` — checks (writable output directory, the lock) that run on the main process only; every process
-  of the launch learns whether they passed and raises the same refusal, instead of waiting for a process that left.
+  of the launch (a training or the ``cache`` command) learns whether they passed and raises the same refusal, instead
+  of waiting for a process that left.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import os
 from collections.abc import Callable
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
+from accelerate.utils import reduce
 
-from ..errors import TrainingError
+from ..errors import RightReasonsError, TrainingError
 
 __all__ = ["launched_processes", "start_checks", "use_cpu"]
 
@@ -35,18 +37,19 @@ def use_cpu(requested: bool) -> bool:
     return requested or (launched_processes() > 1 and (device is None or device.type == "mps"))
 
 
-def start_checks(accelerator: Accelerator, check: Callable[[], None]) -> None:
-    """Run ``check`` on the main process; when it raises :class:`TrainingError`, raise it there and a
-    :class:`TrainingError` pointing to it on every other process (all processes take part in one reduction)."""
+def start_checks(state: Accelerator | PartialState, check: Callable[[], None]) -> None:
+    """Run ``check`` on the main process; when it raises a :class:`~rightreasons.errors.RightReasonsError`, raise it
+    there and a :class:`TrainingError` pointing to it on every other process (all processes take part in one
+    reduction). ``state``: the run's accelerator, or the launch's ``PartialState``."""
     refusal = None
-    if accelerator.is_main_process:
+    if state.is_main_process:
         try:
             check()
-        except TrainingError as e:
+        except RightReasonsError as e:
             refusal = e
-    if accelerator.num_processes > 1:
-        flag = torch.tensor(float(refusal is not None), device=accelerator.device)
-        refused = bool(accelerator.reduce(flag, "max").item())
+    if state.num_processes > 1:
+        flag = torch.tensor(float(refusal is not None), device=state.device)
+        refused = bool(reduce(flag, "max").item())
     else:
         refused = refusal is not None
     if refusal is not None:
