@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,52 @@ def test_a_cache_directory_in_use_is_refused(tmp_path, finished):
         done = guide(tmp_path, cache, "--out", str(cache), config=config, command="cache")
     clear_error(done, rf"cache directory {cache} is in use by another run \(process {os.getpid()} on host")
     assert sorted(p.name for p in cache.iterdir()) == [".lock"]
+
+
+def _immutable_directories_work(tmp_path: Path) -> bool:
+    """Whether ``chattr +i`` makes a directory refuse new entries here (as root, ``chmod`` does not)."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode:
+        return False
+    try:
+        (probe / "x").touch()
+        return False
+    except OSError:
+        return True
+    finally:
+        subprocess.run(["chattr", "-i", str(probe)], check=True)
+
+
+def test_an_output_directory_turned_read_only_mid_run_says_nothing_was_lost(tmp_path):
+    """The run's directories become read-only (``chattr +i``: what ``chmod a-w`` does for a user other than root)
+    after its first steps. Before: a raw ``PermissionError`` traceback from the checkpoint writer."""
+    if not _immutable_directories_work(tmp_path):
+        pytest.skip("chattr +i is not available or has no effect here")
+    out = tmp_path / "run"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({**CONFIG, "optim": {**CONFIG["optim"], "epochs": 4}}))
+    command = [sys.executable, "-m", "rightreasons", "guide", "--config", str(path), f"output_dir={out}"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    locked: list[Path] = []
+    try:
+        metrics = out / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 1) and process.poll() is None:
+            time.sleep(0.02)
+        locked = [d for d in (out / "checkpoints", out / "tensorboard", out) if d.is_dir()]
+        for directory in locked:
+            subprocess.run(["chattr", "+i", str(directory)], check=True)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        for directory in locked:
+            subprocess.run(["chattr", "-i", str(directory)], check=True)
+        if process.poll() is None:
+            process.kill()
+    clear_error(subprocess.CompletedProcess(command, process.returncode, stdout, stderr),
+                r"could not write .*\((PermissionError|OSError): .*Operation not permitted.*\)\. Nothing was lost: the "
+                rf"newest complete checkpoint is (step-\d+|none yet)\. Free some disk space \(or make {out} writable "
+                r"again\) and run the same command with --resume")
+    finite_checkpoints(out)  # whatever was written before is intact
+    done = guide(tmp_path, out, "--resume", config={**CONFIG, "optim": {**CONFIG["optim"], "epochs": 4}})
+    assert done.returncode == 0, done.stderr[-3000:]
