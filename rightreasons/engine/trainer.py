@@ -399,11 +399,11 @@ class Trainer:
         newest = self.checkpoints.latest()
         kept = f"the newest checkpoint, {newest.name}, holds finite weights and is kept" if newest else \
             "no checkpoint was written yet"
+        step = self.position.step + 1 if step is None else step
         return DivergenceError(
-            f"training diverged at step {self.position.step + 1 if step is None else step} (epoch "
-            f"{self.position.epoch}): {what}. Nothing "
-            f"non-finite was saved: {kept}. A resume would diverge the same way: lower optim.lr or the loss weights "
-            "(or check the data for corrupt images) and start again with --overwrite or in another output_dir")
+            f"training diverged at step {step} (epoch {self.position.epoch}): {what}. Nothing non-finite was saved: "
+            f"{kept}. A resume would diverge the same way: lower optim.lr or the loss weights (or check the data for "
+            "corrupt images) and start again with --overwrite or in another output_dir")
 
     def _skip(self, batch: dict[str, Any], what: str, terms: dict[str, Tensor]) -> None:
         """Skip a step with a non-finite ``what`` (loss or gradients): warn, count it, and stop the run after

@@ -117,7 +117,7 @@ def test_a_learning_rate_beyond_any_schedule_is_refused_before_training(tmp_path
     assert not out.exists()
 
 
-# ---------------------------------------------------------------------------------------------------------- finished runs
+# -------------------------------------------------------------------------------------------------------- finished runs
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """A finished one-epoch run."""
@@ -192,7 +192,7 @@ def test_a_checkpoint_directory_linked_out_of_the_run_is_refused(finished, tmp_p
     assert sorted(p.name for p in (other / "checkpoints").iterdir()) == before
 
 
-# ---------------------------------------------------------------------------------------------------------- write failures
+# ------------------------------------------------------------------------------------------------------- write failures
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
 @pytest.mark.parametrize("limit, raised", [(100_000, "SafetensorError"), (1_000_000, "RuntimeError")],
                          ids=["safetensors", "torch-save"])
