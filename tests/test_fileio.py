@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rightreasons import fileio
+from rightreasons.errors import UsageError
 
 
 @pytest.mark.parametrize("algorithm", ["sha256", "md5"])
@@ -61,3 +62,19 @@ def test_files_are_moved_into_place_only_by_the_atomic_write_and_the_checkpoint_
              if str(p.relative_to(package)) not in allowed and (lines := _renames(p.read_text(encoding="utf-8")))}
     assert found == {}
     assert _renames("import os\nos.replace(a, b)\ntmp.replace(path)\n'x'.replace('a', 'b')\n") == [2, 3]
+
+
+def test_remove_tree_never_follows_a_symlink_out_of_its_directory(tmp_path):
+    """A link is removed itself, its target kept; a directory reached through a linked parent is refused."""
+    outside = tmp_path / "other-run"
+    (outside / "step-000001").mkdir(parents=True)
+    (outside / "step-000001" / "manifest.json").write_text("{}")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "step-000001").symlink_to(outside / "step-000001", target_is_directory=True)
+    fileio.remove_tree(run / "step-000001", run)
+    assert not (run / "step-000001").is_symlink() and (outside / "step-000001" / "manifest.json").is_file()
+    (run / "checkpoints").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UsageError, match=r"refusing to delete .*step-000001: it resolves to .*, outside"):
+        fileio.remove_tree(run / "checkpoints" / "step-000001", run)
+    assert (outside / "step-000001" / "manifest.json").is_file()
