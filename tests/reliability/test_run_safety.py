@@ -83,7 +83,7 @@ def test_an_overflowing_gradient_is_skipped_and_divergence_keeps_the_last_finite
     ``step-000002`` held NaN weights and verified, ``step-000001`` was pruned, and every resume died on
     ``ValueError: ... 'epg' must be finite, got nan``."""
     out = tmp_path / "run"
-    args = ("guidance.weight=1e35", "checkpoint.every_steps=1", "checkpoint.keep_last=1", "optim.epochs=2")
+    args = ("guidance.weight=1e35", "checkpoint.every_steps=1", "checkpoint.keep_last=1", "optim.epochs=3")
     done = guide(tmp_path, out, *args)
     clear_error(done, r"training diverged at step \d+ .*3 steps in a row had a non-finite gradient.*Nothing "
                       r"non-finite was saved: the newest checkpoint, step-\d+, holds finite weights and is kept")
