@@ -15,8 +15,8 @@ This module imports nothing of rightreasons, so that every layer can raise these
 
 from __future__ import annotations
 
-__all__ = ["CacheError", "CheckpointError", "ConfigError", "DataError", "NonFiniteError", "RightReasonsError",
-           "TrainingError", "UnknownNameError", "UsageError", "WeightsUnavailableError"]
+__all__ = ["CacheError", "CheckpointError", "ConfigError", "DataError", "DivergenceError", "NonFiniteError",
+           "RightReasonsError", "TrainingError", "UnknownNameError", "UsageError", "WeightsUnavailableError"]
 
 
 class RightReasonsError(Exception):
@@ -46,6 +46,11 @@ class TrainingError(RightReasonsError, RuntimeError):
 class NonFiniteError(RightReasonsError, ValueError):
     """A model output or a metric that is NaN or infinite where a command would use or write a number; the message
     names the model or file and the value that was not finite."""
+
+
+class DivergenceError(TrainingError):
+    """Training diverged: non-finite gradients several steps in a row, non-finite weights or non-finite validation
+    metrics; the message names the step and what was non-finite, and the last finite checkpoint is kept."""
 
 
 class UsageError(RightReasonsError, ValueError):

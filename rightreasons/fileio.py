@@ -14,6 +14,15 @@ hold; ``json.dumps`` would write the invalid tokens ``NaN`` and ``Infinity``) wi
 :func:`file_digest` is the one checksum of a file's bytes (checkpoint manifests, cache shards, released weights,
 dataset checksum files).
 
+:class:`DirectoryLock` is the one lock of a directory a command writes (a training run's output directory, an e²KD
+cache): an exclusive ``flock`` on ``DIRECTORY/.lock``, held until the writer ends. A second writer (another launch,
+another node on a shared filesystem) is refused with an error naming the holder (process id, host, start time,
+command line). The kernel releases the lock when its process ends, however it ends, so a restart after ``SIGKILL`` is
+never blocked by a stale lock; the file itself stays and only describes the last holder.
+
+:func:`remove_tree` is the one deletion of a directory a command wrote (checkpoints, leftovers of a crash): it never
+follows a symlink out of the directory it cleans.
+
 This module imports nothing of rightreasons but the crash-test boundaries (:mod:`rightreasons.faults`) and the error
 classes.
 """
@@ -21,11 +30,15 @@ classes.
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import json
 import math
 import os
 import shutil
+import socket
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -34,9 +47,9 @@ from typing import Any
 from .errors import NonFiniteError, RightReasonsError, UsageError
 from .faults import boundary
 
-__all__ = ["atomic_write", "file_defect", "file_digest", "file_record", "fsync_path", "json_text", "read_json_object",
-           "require_free_space", "writable_directory", "writable_file", "write_csv_atomic",
-           "write_json_atomic", "write_text_atomic"]
+__all__ = ["DirectoryLock", "LOCK_FILE", "atomic_write", "file_defect", "file_digest", "file_record", "fsync_path",
+           "json_text", "read_json_object", "remove_tree", "require_free_space", "writable_directory", "writable_file",
+           "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
 
@@ -86,23 +99,117 @@ def writable_directory(path: str | os.PathLike, what: str = "output directory", 
     permission, a read-only disk). ``create=True`` creates it (with its parents) and writes and removes a probe file;
     ``create=False`` leaves the disk as it is and checks the nearest existing ancestor instead. Returns the path."""
     path = Path(path)
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"{what} {path} is not writable: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{what} {path} is not writable: no write permission in {existing} for user id "
-                         f"{os.getuid()}")
-    if create:
-        try:
+    try:
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UsageError(f"{what} {path} is not writable: {existing} is a file, not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UsageError(f"{what} {path} is not writable: no write permission in {existing} for user id "
+                             f"{os.getuid()}")
+        if create:
             path.mkdir(parents=True, exist_ok=True)
             probe = path / f".write-test.{uuid.uuid4().hex[:12]}"
             probe.write_text("ok")
             probe.unlink()
-        except OSError as e:
-            raise UsageError(f"{what} {path} is not writable: {e}") from e
+    except OSError as e:  # also a name too long for the filesystem (ENAMETOOLONG), met by the first look at it
+        raise UsageError(f"{what} {_excerpt(path)} is not writable: {e.strerror or e}") from e
     return path
+
+
+def _excerpt(path: Path, limit: int = 200) -> str:
+    """``path`` as text, its middle elided beyond ``limit`` characters (a 5,000-character path in a message)."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-limit // 2:]} ({len(text):,} characters)"
+
+
+def remove_tree(path: str | os.PathLike, inside: str | os.PathLike) -> None:
+    """Delete directory ``path``, which lies in directory ``inside``, never following a symlink out of ``inside``: a
+    symlink is removed itself (its target is untouched); a directory that resolves outside ``inside`` (through a
+    symlinked parent) is refused with :class:`~rightreasons.errors.UsageError`. Links inside the tree are removed,
+    never followed (:func:`shutil.rmtree`)."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+        return
+    resolved, root = path.resolve(), Path(inside).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise UsageError(f"refusing to delete {path}: it resolves to {resolved}, outside {inside} (through a "
+                         "symlink), and deleting there could destroy files of another run")
+    shutil.rmtree(path)
+
+
+LOCK_FILE = ".lock"
+
+#: locks this process holds: resolved directory -> (file descriptor, number of holders in this process)
+_HELD: dict[Path, list[int]] = {}
+
+
+class DirectoryLock:
+    """The exclusive lock on a directory a command writes (module docstring); ``error`` is the refusal's class and
+    ``what`` names the directory in it. Re-entrant within one process (a run restarted in the same process after an
+    error takes it again); other processes are refused."""
+
+    def __init__(self, directory: str | os.PathLike, what: str = "output directory",
+                 error: type[RightReasonsError] = UsageError) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.what, self.error = what, error
+        self.held = False
+
+    def acquire(self) -> None:
+        """Take the lock, or raise ``error`` naming the process that holds it."""
+        key = self.directory.resolve()
+        if self.held:
+            return
+        if key in _HELD:
+            _HELD[key][1] += 1
+            self.held = True
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace")
+            os.close(fd)
+            raise self.error(f"{self.what} {self.directory} is in use by another run ({_describe(holder)}); two "
+                             "runs writing one directory would corrupt what it holds: wait for that run to end, or "
+                             "choose another directory") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                  "argv": sys.argv}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        _HELD[key] = [fd, 1]
+        self.held = True
+
+    def release(self) -> None:
+        """Give the lock back (once this process's last holder releases it, other processes may take it)."""
+        if not self.held:
+            return
+        self.held = False
+        key = self.directory.resolve()
+        entry = _HELD[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _HELD[key]
+            os.close(entry[0])  # closing the descriptor releases the flock
+
+    def __enter__(self) -> DirectoryLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _describe(holder: str) -> str:
+    try:
+        info = json.loads(holder)
+        return (f"process {info['pid']} on host {info['host']}, started {info['started']}: "
+                f"{' '.join(map(str, info['argv']))}")
+    except (ValueError, KeyError, TypeError):
+        return "a process that has not yet written its name"
 
 
 def require_free_space(path: str | os.PathLike, needed: int, what: str, advice: str = "",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rightreasons import fileio
+from rightreasons.errors import UsageError
 
 
 @pytest.mark.parametrize("algorithm", ["sha256", "md5"])
@@ -75,3 +76,19 @@ def test_json_files_hold_only_finite_numbers(tmp_path, value, shown):
     with pytest.raises(NonFiniteError, match=rf"results\.json: metrics\.per_class\[1\] is {shown}, not a finite"):
         write_json_atomic(path, {"metrics": {"accuracy": 0.5, "per_class": [0.1, value]}})
     assert path.read_text() == '{"epg": 0.5}\n' and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_remove_tree_never_follows_a_symlink_out_of_its_directory(tmp_path):
+    """A link is removed itself, its target kept; a directory reached through a linked parent is refused."""
+    outside = tmp_path / "other-run"
+    (outside / "step-000001").mkdir(parents=True)
+    (outside / "step-000001" / "manifest.json").write_text("{}")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "step-000001").symlink_to(outside / "step-000001", target_is_directory=True)
+    fileio.remove_tree(run / "step-000001", run)
+    assert not (run / "step-000001").is_symlink() and (outside / "step-000001" / "manifest.json").is_file()
+    (run / "checkpoints").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UsageError, match=r"refusing to delete .*step-000001: it resolves to .*, outside"):
+        fileio.remove_tree(run / "checkpoints" / "step-000001", run)
+    assert (outside / "step-000001" / "manifest.json").is_file()

@@ -12,8 +12,9 @@ from accelerate.utils import gather_object
 from torch import Tensor, nn
 
 from ..data import eval_transform, load_dataset
-from ..engine.launch import use_cpu
-from ..errors import TrainingError, UsageError
+from ..engine.launch import start_checks, use_cpu
+from ..errors import CacheError, TrainingError, UsageError
+from ..fileio import DirectoryLock, writable_directory
 from ..explain import attribute, layer_for
 from ..models import capabilities, create_model, model_file, resolve_architecture
 from .cache import weights_fingerprint, write_cache
@@ -72,8 +73,19 @@ def write_teacher_cache(config: DistillConfig, out: str | Path, *, batch_size: i
                         shard_size: int | None = None) -> Path:
     """Compute ``config.teacher``'s logits and explanations once per training image of ``config.data`` (the
     ``distill.shots`` subset when set) on the base view, and write them to ``out`` (resumable; see
-    :mod:`rightreasons.distill.cache`). Uses every process of an ``accelerate``/``torchrun`` launch."""
+    :mod:`rightreasons.distill.cache`). Uses every process of an ``accelerate``/``torchrun`` launch; the main
+    process holds the lock of ``out`` (:class:`~rightreasons.fileio.DirectoryLock`) until the cache is written."""
     state = PartialState(cpu=use_cpu(config.cpu))
+    lock = DirectoryLock(out, "cache directory", CacheError)
+    start_checks(state, lambda: (writable_directory(out, "cache directory"), lock.acquire()))
+    try:
+        return _write_teacher_cache(config, out, state, batch_size, shard_size)
+    finally:
+        lock.release()
+
+
+def _write_teacher_cache(config: DistillConfig, out: str | Path, state: PartialState, batch_size: int | None,
+                         shard_size: int | None) -> Path:
     teacher = load_teacher(config.teacher).to(state.device)
     method = resolve_explanation(config.distill.explanation, capabilities(teacher).bcos)
     if method == "none":

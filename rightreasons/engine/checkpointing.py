@@ -14,7 +14,10 @@ The protocol:
   and, last, the manifest (atomically, fsync'ed), and renames the directory into place (atomic). Only then is anything
   older deleted (prune). Should ``step-N`` already exist, it is first renamed to ``.trash-…`` — there is no moment at
   which neither a complete ``step-N`` nor a complete ``.tmp-step-N`` exists.
-* **Deleting.** The manifest is removed first, so a half-deleted directory never looks complete.
+* **Deleting.** The manifest is removed first, so a half-deleted directory never looks complete. Nothing is deleted
+  through a symlink (:func:`rightreasons.fileio.remove_tree`): a ``step-N`` or ``.tmp-`` entry that is a link is
+  removed itself, its target untouched, and a ``checkpoints`` directory that is a link out of the output directory is
+  refused before the run starts.
 * **Starting.** A ``.tmp-`` directory whose manifest verifies (the writer died between finishing it and renaming it)
   is promoted, never deleted; any other ``.tmp-`` or ``.trash-`` directory is removed.
 * **Resuming.** :meth:`CheckpointManager.newest_verified` checks the newest checkpoint's files against its manifest
@@ -28,12 +31,10 @@ JSON (no pickles); accelerate reads its files with ``weights_only=True``.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import pickle
 import re
-import shutil
 import uuid
 import warnings
 from pathlib import Path
@@ -43,7 +44,7 @@ from accelerate import Accelerator
 
 from ..errors import CheckpointError, TrainingError
 from ..faults import boundary
-from ..fileio import file_defect, file_record, fsync_path, read_json_object, write_json_atomic
+from ..fileio import file_defect, file_record, fsync_path, read_json_object, remove_tree, write_json_atomic
 
 __all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE", "checkpoint_defect"]
 
@@ -78,13 +79,14 @@ def checkpoint_defect(directory: Path) -> str | None:
 
 
 def _remove(directory: Path) -> None:
-    """Delete a checkpoint directory so that it never looks complete on the way: the manifest goes first."""
+    """Delete a checkpoint directory so that it never looks complete on the way: the manifest goes first. A symlink
+    is removed itself (:func:`~rightreasons.fileio.remove_tree`), never what it points to."""
     marker = directory / MANIFEST
-    if marker.exists():
+    if not directory.is_symlink() and marker.exists():
         marker.unlink()
         fsync_path(directory)
         boundary("checkpoint: manifest removed, directory not yet")
-    shutil.rmtree(directory)
+    remove_tree(directory, directory.parent)
     boundary("checkpoint: directory removed")
 
 
@@ -103,6 +105,11 @@ class CheckpointManager:
         self.root = Path(root)
         self.accelerator = accelerator
         self.keep_last = keep_last
+        output_dir = self.root.parent.resolve()
+        if self.root.is_symlink() and output_dir not in self.root.resolve().parents:
+            raise TrainingError(f"{self.root} is a symlink to {self.root.resolve()}, outside the output directory: "
+                                "a run deletes old checkpoints as it goes, and deleting there could destroy files of "
+                                "another run; remove the link, or make output_dir itself the directory on that disk")
         if accelerator.is_main_process:
             self.root.mkdir(parents=True, exist_ok=True)
             self._recover()
@@ -112,13 +119,14 @@ class CheckpointManager:
         """Promote complete ``.tmp-`` checkpoints whose final name is free; remove other leftovers of a crash."""
         for leftover in sorted(self.root.glob(".tmp-*")):
             final = self.root / leftover.name.removeprefix(".tmp-")
-            if _NAME.match(final.name) and not final.exists() and checkpoint_defect(leftover) is None:
+            if _NAME.match(final.name) and not leftover.is_symlink() and not final.exists() \
+                    and checkpoint_defect(leftover) is None:
                 os.replace(leftover, final)
                 fsync_path(self.root)
             else:
-                shutil.rmtree(leftover)
+                remove_tree(leftover, self.root)
         for leftover in self.root.glob(".trash-*"):
-            shutil.rmtree(leftover)
+            remove_tree(leftover, self.root)
 
     @staticmethod
     def name_for(step: int) -> str:
@@ -162,32 +170,26 @@ class CheckpointManager:
     def save(self, step: int, state: dict[str, Any], protect: Iterable[str] = ()) -> Path:
         """Save accelerator state plus the JSON ``state`` as checkpoint ``step``; then prune. Call on all processes.
 
-        A full disk ends the run with :class:`~rightreasons.errors.TrainingError` saying which checkpoint is the
-        newest complete one (nothing is lost) and how to resume.
+        When writing fails (whatever the exception), the partial ``.tmp-`` directory is removed and the exception
+        propagates; every older checkpoint is untouched (the trainer turns it into its one write-failure error).
         """
         name = self.name_for(step)
         final, tmp = self.root / name, self.root / f".tmp-{name}"
         try:
             self._write(tmp, state)
-            if self.accelerator.is_main_process:
-                self._promote(tmp, final)
-                self.prune(set(protect) | {name})
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-            if self.accelerator.is_main_process and tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-            newest = self.latest()
-            raise TrainingError(
-                f"the disk holding {self.root} is full: checkpoint {name} could not be written ({e}). Nothing was "
-                f"lost: the newest complete checkpoint is {newest.name if newest else 'none yet'}. Free some space "
-                "(or lower checkpoint.keep_last / keep_front) and run the same command with --resume") from e
+        except BaseException:
+            if self.accelerator.is_main_process and (tmp.exists() or tmp.is_symlink()):
+                remove_tree(tmp, self.root)
+            raise
+        if self.accelerator.is_main_process:
+            self._promote(tmp, final)
+            self.prune(set(protect) | {name})
         self.accelerator.wait_for_everyone()
         return final
 
     def _write(self, tmp: Path, state: dict[str, Any]) -> None:
-        if self.accelerator.is_main_process and tmp.exists():
-            shutil.rmtree(tmp)
+        if self.accelerator.is_main_process and (tmp.exists() or tmp.is_symlink()):
+            remove_tree(tmp, self.root)
         self.accelerator.wait_for_everyone()
         self.accelerator.save_state(str(tmp))
         self.accelerator.wait_for_everyone()

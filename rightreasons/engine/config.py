@@ -14,12 +14,18 @@ from typing import Any, Literal
 from ..config import expect
 from .optim import OptimizerName, ScheduleName
 
-__all__ = ["CROP_SCALE", "CheckpointConfig", "DataConfig", "EvalConfig", "OptimConfig", "RESERVED_DATA_OPTIONS",
-           "TrainConfig"]
+__all__ = ["CROP_SCALE", "CheckpointConfig", "DataConfig", "EvalConfig", "KEEP_FRONT", "MAX_LR", "OptimConfig",
+           "RESERVED_DATA_OPTIONS", "TrainConfig"]
 
 RESERVED_DATA_OPTIONS: dict[str, str] = {"transform": "data.image_size, data.augment and data.crop_scale",
                                          "annotated_fraction": "data.annotated_fraction", "annotation_seed": "seed"}
 """``load_dataset`` options that training sets itself from other keys, so ``data.options`` may not hold them."""
+MAX_LR = 100.0
+"""The largest learning rate a config may ask for: far above any schedule in use (SGD's linear scaling rule gives
+about 25 at batch 64k), while much larger rates overflow float32 weights within a few steps."""
+KEEP_FRONT = 5
+"""How many checkpoints of the validation Pareto front a run keeps unless ``checkpoint.keep_front`` says otherwise
+(those with the highest scores): a bounded default, so that the disk a run needs does not grow with its epochs."""
 CROP_SCALE = (0.25, 1.0)
 """The area fractions of the random resized crop of training images, unless a config or recipe says otherwise."""
 
@@ -103,7 +109,7 @@ class OptimConfig:
     """Clip the global gradient norm to this value (after `agc`); null: no clipping."""
 
     def __post_init__(self) -> None:
-        expect(self.lr > 0, "lr", self.lr, "a learning rate > 0")
+        expect(0 < self.lr <= MAX_LR, "lr", self.lr, f"a learning rate in (0, {MAX_LR:g}]")
         expect(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
         expect(0 <= self.momentum < 1, "momentum", self.momentum, "a number in [0, 1)")
         expect(self.warmup_epochs >= 0, "warmup_epochs", self.warmup_epochs, "a number of epochs >= 0")
@@ -136,9 +142,10 @@ class CheckpointConfig:
 
     keep_last: int = 2
     """How many of the most recent checkpoints to keep (the best one is kept besides)."""
-    keep_front: int | None = None
+    keep_front: int | None = KEEP_FRONT
     """How many checkpoints of the validation Pareto front (score, EPG and IoU) to keep, those with the highest
-    scores; null: all of them; 0: none."""
+    scores (a sweep report scores its representative from them); null: all of them; 0: none. The default bounds the
+    disk a run reserves."""
     every_steps: int | None = None
     """Also checkpoint every this many optimiser steps within an epoch (the end of every epoch is always checkpointed);
     null: at epoch ends only."""

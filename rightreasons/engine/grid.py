@@ -17,17 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import diff_configs, to_dict
 from ..errors import TrainingError
 from ..fileio import read_json_object
 from .config import TrainConfig
-from .trainer import run
+from .trainer import SUMMARY, finished_summary, run
 
 __all__ = ["GridRun", "Outcome", "in_process", "read_summary", "run_grid"]
 
 logger = logging.getLogger(__name__)
 
-SUMMARY = "summary.json"
 Status = Literal["done", "partial", "new"]
 
 
@@ -61,15 +59,8 @@ class GridRun:
 
     def check_finished(self) -> None:
         """Refuse a finished run in the run's directory that was trained with another config (a
-        :class:`~rightreasons.errors.TrainingError` naming the differing keys); summaries that record no config are
-        not judged."""
-        recorded = read_summary(self.output_dir).get("config")
-        if not isinstance(recorded, dict):
-            return
-        differing = [d for d in diff_configs(recorded, to_dict(self.config)) if not d.startswith("output_dir:")]
-        if differing:
-            raise TrainingError(f"{self.output_dir} holds a finished run of another config than run {self.name!r} "
-                                f"({'; '.join(differing)}); choose another output directory or move that run away")
+        :class:`~rightreasons.errors.TrainingError` naming the differing keys, :func:`finished_summary`)."""
+        finished_summary(self.output_dir, self.config)
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,35 @@ their manifest) record the position inside the epoch, the validation history, th
 uninterrupted one.
 
 Every step is checkpointed at most once: a step that ends an epoch, or the run, is saved after its validation, never
-before it. ``SIGTERM`` or ``SIGUSR1`` (what schedulers send before they kill a job) make the run finish its current
+before it.
+
+What a run never does (the README's *Reliability*; each rule kept in one place):
+
+* **write or keep non-finite weights** — a step whose loss or gradients are not finite is skipped and counted (the
+  count is part of the checkpoint, so it survives ``--resume``); the weights are checked after every optimiser step,
+  so no checkpoint ever holds non-finite weights and none is pruned for a diverged step. Divergence — ``MAX_BAD_STEPS``
+  skipped steps in a row, non-finite weights or non-finite validation metrics — stops the run with one
+  :class:`~rightreasons.errors.DivergenceError` naming the step and what was non-finite (:meth:`Trainer.train_step`,
+  :meth:`Trainer._after_epoch`);
+* **overwrite a finished run** — an output directory holding ``summary.json`` or ``model.safetensors`` is refused
+  unless ``overwrite`` (``--overwrite``) asks for it; ``--resume`` of a finished run of the same config does nothing
+  (:func:`train`);
+* **resume on other data** — the checkpoint records the number and a digest of the ids of both splits, and a resume
+  on data that changed is refused, naming what changed (:meth:`Trainer.resume`);
+* **end a write failure in anything but one message** — whatever the exception (``OSError``, safetensors'
+  ``SafetensorError``, torch's ``RuntimeError``), a failed write of a checkpoint, the metrics, TensorBoard events or
+  the exported model ends in one :class:`~rightreasons.errors.TrainingError` naming the newest complete checkpoint and
+  how to resume (:meth:`Trainer._writing`);
+* **reserve disk space for checkpoints that cannot exist** — the space check counts what the run can keep at once,
+  less the checkpoints already on disk (:func:`require_checkpoint_space`).
+
+``SIGTERM`` or ``SIGUSR1`` (what schedulers send before they kill a job) make the run finish its current
 step, write a checkpoint and stop with :class:`Preempted`; the command line exits with :data:`EXIT_PREEMPTED`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -47,6 +70,8 @@ import signal
 import time
 import warnings
 import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,24 +86,30 @@ from tqdm.auto import tqdm
 from ..config import diff_configs, to_dict
 from ..console import count
 from ..data import collate
-from ..errors import TrainingError, UsageError
+from ..errors import DivergenceError, RightReasonsError, TrainingError, UsageError
 from ..faults import boundary
-from ..fileio import require_free_space, writable_directory, write_json_atomic
+from ..fileio import (DirectoryLock, read_json_object, remove_tree, require_free_space, writable_directory,
+                      write_json_atomic)
 from ..metrics import ParetoTracker
 from ..metrics.evaluation import evaluate, format_results
 from .checkpointing import CheckpointManager
 from .config import OptimConfig, TrainConfig
 from .data import SeededTransform, mix_seed
-from .launch import OutputLock, start_checks, use_cpu
+from .launch import start_checks, use_cpu
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .provenance import provenance
 from .task import Step, Task, task_for_config
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "Trainer", "run", "train"]
+__all__ = ["EXIT_PREEMPTED", "Preempted", "RESUMABLE_KEYS", "Trainer", "config_differences", "finished_summary",
+           "require_checkpoint_space", "run", "train"]
 
 logger = logging.getLogger(__name__)
 
 MAX_BAD_STEPS = 3
+"""Skipped steps (non-finite loss or gradients) in a row after which a run has diverged."""
+SUMMARY, MODEL_FILE = "summary.json", "model.safetensors"
+RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front")
+"""Config keys a resume may change: where the run is and how many checkpoints it keeps (neither changes a result)."""
 EXIT_PREEMPTED = 75
 """Exit code of a run stopped by ``SIGTERM``/``SIGUSR1`` after writing its checkpoint (``EX_TEMPFAIL``: try again;
 a requeued job continues with ``--resume``)."""
@@ -123,6 +154,75 @@ def checkpoint_bytes(model: nn.Module, optim: OptimConfig) -> int:
     return weights + slots * trainable
 
 
+def checkpoints_kept_at_most(config: TrainConfig, epochs: float) -> tuple[int, str]:
+    """How many checkpoints a run of ``epochs`` epochs can hold at once, and why: the last ``keep_last``, the best
+    one, the Pareto front's (at most one per validation, and at most ``keep_front``) and the one being written."""
+    checkpoint = config.checkpoint
+    validations = math.ceil(epochs / config.eval.every_epochs) + 1
+    front = validations if checkpoint.keep_front is None else min(validations, checkpoint.keep_front)
+    return (checkpoint.keep_last + 1 + front + 1,
+            f"checkpoint.keep_last = {checkpoint.keep_last}, the best one, up to {front} on the Pareto front and the "
+            "one being written")
+
+
+def require_checkpoint_space(output_dir: Path, config: TrainConfig, model: nn.Module, epochs: float) -> None:
+    """Refuse to start (:class:`~rightreasons.errors.TrainingError`) when the disk of ``output_dir`` cannot hold the
+    checkpoints the run can keep at once (:func:`checkpoints_kept_at_most`) beyond those already in ``checkpoints/``
+    (a resumed run replaces them, it does not add to them)."""
+    per_checkpoint, (copies, why) = checkpoint_bytes(model, config.optim), checkpoints_kept_at_most(config, epochs)
+    folder = output_dir / "checkpoints"
+    existing = sum(1 for p in folder.glob("step-*")) if folder.is_dir() else 0
+    new = max(copies - existing, 1)
+    on_disk = f"; {existing} of them already exist, so {new} more" if existing else ""
+    require_free_space(output_dir, per_checkpoint * new,
+                       f"a checkpoint takes about {per_checkpoint:,} bytes (weights and optimiser state) and up to "
+                       f"{copies} of them may exist at once ({why}){on_disk}",
+                       "free some space, lower checkpoint.keep_last or checkpoint.keep_front (a --resume may change "
+                       "them), or choose another output_dir", TrainingError)
+
+
+def config_differences(saved: dict[str, Any], config: TrainConfig) -> list[str]:
+    """The keys (``key: saved != now``) in which ``config`` differs from the ``saved`` config dict of a checkpoint or
+    finished run, but for :data:`RESUMABLE_KEYS`."""
+    return [d for d in diff_configs(saved, to_dict(config)) if not d.startswith(tuple(f"{k}:" for k in RESUMABLE_KEYS))]
+
+
+def finished_summary(output_dir: str | Path, config: TrainConfig) -> dict[str, Any] | None:
+    """The ``summary.json`` of the finished run in ``output_dir`` when it was trained with ``config``; ``None`` when
+    there is none. A finished run of another config is a :class:`~rightreasons.errors.TrainingError` naming the
+    differing keys (summaries that record no config are not judged)."""
+    path = Path(output_dir) / SUMMARY
+    if not path.is_file():
+        return None
+    summary = read_json_object(path, "training summary", TrainingError)
+    recorded = summary.get("config")
+    differing = config_differences(recorded, config) if isinstance(recorded, dict) else []
+    if differing:
+        raise TrainingError(f"{output_dir} holds a finished run of another config ({'; '.join(differing)}); pass "
+                            "--overwrite to replace it, or choose another output_dir")
+    return summary
+
+
+def split_identity(dataset: Any) -> dict[str, Any]:
+    """What identifies a split's data: its number of images and the SHA-256 of its sample ids in order."""
+    ids = [str(i) for i in getattr(dataset, "ids", range(len(dataset)))]
+    return {"images": len(ids), "ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest()}
+
+
+def _data_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What changed between two ``{split: split_identity}`` records, e.g. ``2 images added to train``."""
+    changes = []
+    for split, identity in now.items():
+        before = saved.get(split)
+        if before is None or before == identity:
+            continue
+        difference = identity["images"] - before["images"]
+        changes.append(f"{difference} images added to {split}" if difference > 0 else
+                       f"{-difference} images removed from {split}" if difference < 0 else
+                       f"the ids of the {identity['images']} images of {split} changed")
+    return changes
+
+
 class Trainer:
     """Builds data, model and optimiser for a :class:`Task` and runs training and validation."""
 
@@ -136,9 +236,18 @@ class Trainer:
             gradient_accumulation_steps=config.optim.grad_accumulation,
             dataloader_config=DataLoaderConfiguration(split_batches=True),
             log_with="tensorboard" if self.tensorboard else None, project_dir=str(self.output_dir))
-        self.lock = OutputLock(self.output_dir)  # held by the main process until the run ends (engine.launch)
+        self.lock = DirectoryLock(self.output_dir, error=TrainingError)  # held by the main process until the run ends
         start_checks(self.accelerator, lambda: (_preflight(self.output_dir), self.lock.acquire()))
         weakref.finalize(self, self.lock.release)
+        try:
+            self._build()
+        except BaseException:
+            self.lock.release()  # a refused start leaves no lock held in this process either
+            raise
+
+    def _build(self) -> None:
+        """Data, model, loader, optimiser, schedule and checkpoints of the run (after its directory was locked)."""
+        task, config = self.task, self.config
         set_seed(config.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
 
@@ -150,6 +259,7 @@ class Trainer:
         self.train_transform = SeededTransform(task.train_transform(self.encoding), config.seed)
         self.train_set.transform = self.train_transform
         self.val_set.transform = task.eval_transform(self.encoding)
+        self.data_identity = {"train": split_identity(self.train_set), "val": split_identity(self.val_set)}
 
         data, optim = config.data, config.optim
         self.sampler = task.train_sampler(self.train_set)
@@ -165,12 +275,7 @@ class Trainer:
         scheduler = build_scheduler(optimizer, optim.schedule, total,
                                     round(optim.warmup_epochs * self.steps_per_epoch))
         if self.accelerator.is_main_process:
-            per_checkpoint, (copies, why) = checkpoint_bytes(model, optim), self._checkpoints_kept_at_most()
-            require_free_space(self.output_dir, per_checkpoint * copies,
-                               f"a checkpoint takes about {per_checkpoint:,} bytes (weights and optimiser state) and "
-                               f"up to {copies} of them may exist at once ({why})",
-                               "free some space, lower checkpoint.keep_last or checkpoint.keep_front, or choose "
-                               "another output_dir", TrainingError)
+            require_checkpoint_space(self.output_dir, config, model, self.total_steps / self.steps_per_epoch)
         self.agc = task.default_agc(model) if optim.agc == "auto" else optim.agc
         self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, loader, scheduler)
@@ -184,15 +289,22 @@ class Trainer:
         self.position = _Position()
         self.bad_steps = 0
 
-    def _checkpoints_kept_at_most(self) -> tuple[int, str]:
-        """How many checkpoints can exist at once, and why: the last ``keep_last``, the best one, the Pareto front's
-        (at most one per validation, or ``keep_front``) and the one being written."""
-        checkpoint, epochs = self.config.checkpoint, self.total_steps / self.steps_per_epoch
-        validations = math.ceil(epochs / self.config.eval.every_epochs) + 1
-        front = validations if checkpoint.keep_front is None else min(validations, checkpoint.keep_front)
-        return (checkpoint.keep_last + 1 + front + 1,
-                f"checkpoint.keep_last = {checkpoint.keep_last}, the best one, up to {front} on the Pareto front and "
-                "the one being written")
+    # ------------------------------------------------------------------ writing
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """The one handler of a failed write (a full disk, a read-only or vanished directory, a file too large):
+        whatever the writer raised becomes one :class:`TrainingError` saying that nothing was lost and how to go
+        on."""
+        try:
+            yield
+        except RightReasonsError:
+            raise
+        except Exception as e:
+            newest = self.checkpoints.latest()
+            raise TrainingError(
+                f"could not write {what} ({type(e).__name__}: {e}). Nothing was lost: the newest complete checkpoint "
+                f"is {newest.name if newest else 'none yet'}. Free some disk space (or make {self.output_dir} "
+                "writable again) and run the same command with --resume") from e
 
     # ------------------------------------------------------------------ logging and state
     def log(self, record: dict[str, Any]) -> None:
@@ -200,10 +312,11 @@ class Trainer:
         trackers (TensorBoard)."""
         scalars = {f"{record['split']}/{k}": v for k, v in record.items()
                    if isinstance(v, (int, float)) and k not in ("step", "epoch")}
-        self.accelerator.log(scalars, step=record["step"])
-        if self.accelerator.is_main_process:
-            with open(self.output_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
+        with self._writing(f"the metrics ({self.metrics_file} and TensorBoard's events)"):
+            self.accelerator.log(scalars, step=record["step"])
+            if self.accelerator.is_main_process:
+                with open(self.metrics_file, "a") as f:
+                    f.write(json.dumps(record) + "\n")
 
     @property
     def metrics_file(self) -> Path:
@@ -213,7 +326,8 @@ class Trainer:
         logged = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
         return {"epoch": self.position.epoch, "batch": self.position.batch, "step": self.position.step,
                 "pareto": self.pareto.state_dict(), "best": self.best, "history": self.history,
-                "metrics_bytes": logged, "config": to_dict(self.config), "provenance": provenance()}
+                "metrics_bytes": logged, "bad_steps": self.bad_steps, "data": self.data_identity,
+                "config": to_dict(self.config), "provenance": provenance()}
 
     # ------------------------------------------------------------------ resume
     def resume(self, checkpoint: str | Path | None = None) -> bool:
@@ -221,7 +335,8 @@ class Trainer:
 
         Returns False — and leaves the run at its start — when no checkpoint exists yet and none was named, so that
         one command line serves a job's first start and every requeue. Records logged to ``metrics.jsonl`` after the
-        checkpoint was written are dropped (the resumed run logs them again).
+        checkpoint was written are dropped (the resumed run logs them again). A checkpoint written on other data (the
+        number or the ids of the images of a split differ) is refused, naming what changed.
         """
         if checkpoint is None:
             path = self.checkpoints.newest_verified()
@@ -231,12 +346,18 @@ class Trainer:
         else:
             path = Path(checkpoint)
         saved = self.checkpoints.read_state(path)
-        differing = [d for d in diff_configs(saved["config"], to_dict(self.config)) if not d.startswith("output_dir:")]
+        differing = config_differences(saved["config"], self.config)
         if differing:
             raise TrainingError(f"cannot resume from {path}: it was written with another config; differing keys: "
                                 + "; ".join(differing))
+        changes = _data_changes(saved.get("data", {}), self.data_identity)
+        if changes:
+            raise TrainingError(f"cannot resume from {path}: the data changed since it was written ({'; '.join(changes)}"
+                                f", {self.config.data.name}); a run resumes only on the same data: restore the data, "
+                                "or start a new run in another output_dir")
         state = self.checkpoints.load(path)
         self.position = _Position(state["epoch"], state["batch"], state["step"])
+        self.bad_steps = state.get("bad_steps", 0)
         self.pareto.load_state_dict(state["pareto"])
         self.best, self.history = state["best"], state["history"]
         self.truncate_log(state.get("metrics_bytes", 0))
@@ -267,34 +388,64 @@ class Trainer:
         return Step(generator=torch.Generator().manual_seed(seed), world_size=self.accelerator.num_processes,
                     sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"))
 
-    def _finite_everywhere(self, loss: Tensor) -> bool:
-        flag = torch.tensor(float(torch.isfinite(loss).item()), device=loss.device)
-        return bool(self.accelerator.reduce(flag, "min").item())
+    def _finite_everywhere(self, tensors: Iterable[Tensor]) -> bool:
+        """Whether every tensor is finite on every process (one reduction, so all processes agree)."""
+        flags = [torch.isfinite(t).all() for t in tensors]
+        flag = torch.stack(flags).all().float() if flags else torch.ones((), device=self.accelerator.device)
+        return bool(self.accelerator.reduce(flag.to(self.accelerator.device), "min").item())
+
+    def _diverged(self, what: str, step: int | None = None) -> DivergenceError:
+        """The one error of a diverged run: the step (default: the one being taken), what was non-finite, the
+        checkpoint that is kept and what to do (a resume would diverge the same way)."""
+        newest = self.checkpoints.latest()
+        kept = f"the newest checkpoint, {newest.name}, holds finite weights and is kept" if newest else \
+            "no checkpoint was written yet"
+        step = self.position.step + 1 if step is None else step
+        return DivergenceError(
+            f"training diverged at step {step} (epoch {self.position.epoch}): {what}. Nothing non-finite was saved: "
+            f"{kept}. A resume would diverge the same way: lower optim.lr or the loss weights (or check the data for "
+            "corrupt images) and start again with --overwrite or in another output_dir")
+
+    def _skip(self, batch: dict[str, Any], what: str, terms: dict[str, Tensor]) -> None:
+        """Skip a step with a non-finite ``what`` (loss or gradients): warn, count it, and stop the run after
+        :data:`MAX_BAD_STEPS` in a row."""
+        self.bad_steps += 1
+        self.optimizer.zero_grad()
+        warnings.warn(f"non-finite {what} at epoch {self.position.epoch}, batch {self.position.batch} "
+                      f"(ids {batch['id'][:8]}): step skipped")
+        if self.bad_steps >= MAX_BAD_STEPS:
+            values = ", ".join(f"{k}={v.item():.4g}" for k, v in terms.items())
+            raise self._diverged(f"{MAX_BAD_STEPS} steps in a row had a non-finite {what} (last loss terms: {values})")
+
+    def _check_weights(self) -> None:
+        """Stop the run (:meth:`_diverged`) when the optimiser step made any weight or buffer non-finite."""
+        state = {k: t for k, t in self.bare_model.state_dict().items() if t.is_floating_point()}
+        if not self._finite_everywhere(state.values()):
+            bad = [k for k, t in state.items() if not torch.isfinite(t).all()]
+            raise self._diverged(f"the optimiser step made {len(bad)} weight tensors non-finite "
+                                 f"({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''})")
 
     def train_step(self, batch: dict[str, Any]) -> dict[str, float] | None:
         """One optimisation step on ``batch`` (losses, backward, clipping, optimiser and schedule); returns the
-        loss terms, or None when a non-finite loss made it skip the step."""
+        loss terms, or None when a non-finite loss or gradient made it skip the step (checked before the
+        optimiser step, on all processes together)."""
         with self.accelerator.accumulate(self.model):
             with self.accelerator.autocast():
                 terms, loss = self.task.losses(self.model, batch, self._step())
-            if not self._finite_everywhere(loss):
-                self.bad_steps += 1
-                warnings.warn(f"non-finite loss at epoch {self.position.epoch}, batch {self.position.batch} "
-                              f"(ids {batch['id'][:8]}): step skipped")
-                self.optimizer.zero_grad()
-                if self.bad_steps >= MAX_BAD_STEPS:
-                    values = ", ".join(f"{k}={v.item()}" for k, v in terms.items())
-                    raise TrainingError(
-                        f"{MAX_BAD_STEPS} non-finite losses in a row (last: {values}); lower optim.lr or the loss "
-                        "weights, or check the data for corrupt images")
-                return None
-            self.bad_steps = 0
+            if not self._finite_everywhere([loss]):
+                return self._skip(batch, "loss", terms)
             self.accelerator.backward(loss)
             if self.accelerator.sync_gradients:
+                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+                if not self._finite_everywhere(grads):
+                    return self._skip(batch, "gradient", terms)
                 clip_gradients(self.model.parameters(), self.agc, self.config.optim.max_grad_norm)
+            self.bad_steps = 0
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad()
+            if self.accelerator.sync_gradients:
+                self._check_weights()
         return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}}
 
     def _save(self) -> Path:
@@ -302,7 +453,8 @@ class Trainer:
         keep = {self.checkpoints.name_for(int(p["id"])) for p in front}
         if self.best:
             keep.add(self.checkpoints.name_for(self.best["step"]))
-        return self.checkpoints.save(self.position.step, self._state(), keep)
+        with self._writing(f"checkpoint {self.checkpoints.name_for(self.position.step)}"):
+            return self.checkpoints.save(self.position.step, self._state(), keep)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, dataset: Any = None) -> dict[str, Any]:
@@ -318,6 +470,10 @@ class Trainer:
     def _after_epoch(self) -> None:
         boundary("train: validation")
         results = self.evaluate()
+        non_finite = {k: v for k, v in results.items() if isinstance(v, float) and not math.isfinite(v)}
+        if non_finite:
+            raise self._diverged("validation gave non-finite " + ", ".join(f"{k}={v}" for k, v in non_finite.items()),
+                                 self.position.step)
         record = {"step": self.position.step, "epoch": self.position.epoch, **results}
         self.history.append(record)
         self.log({"split": "val", **record})
@@ -349,7 +505,8 @@ class Trainer:
         """Train to the end (or ``max_steps``), validating every ``eval.every_epochs`` epochs and at the end; returns
         the summary. Raises :class:`Preempted` after checkpointing when ``SIGTERM``/``SIGUSR1`` arrives."""
         if self.tensorboard:  # only now, after every check passed: a refused start leaves no TensorBoard run
-            self.accelerator.init_trackers("tensorboard")
+            with self._writing("TensorBoard's events"):
+                self.accelerator.init_trackers("tensorboard")
         received: list[str] = []
         previous = {s: signal.signal(s, lambda number, _frame: received.append(signal.Signals(number).name))
                     for s in PREEMPTION_SIGNALS}
@@ -374,7 +531,7 @@ class Trainer:
             loader = self.accelerator.skip_first_batches(self.loader, self.position.batch) \
                 if self.position.batch else self.loader
             loader.set_epoch(epoch)  # accelerate re-seeds the sampler from the loader's own epoch counter
-            for batch in loader:
+            for batch in self._batches(loader):
                 stats = self.train_step(batch)
                 self.position.batch += 1
                 if self.accelerator.sync_gradients and stats is not None:
@@ -400,6 +557,26 @@ class Trainer:
                 raise Preempted(path, received[0] if received else "a signal to another process")
         bar.close()
 
+    def _batches(self, loader: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """The loader's batches; a data-loading worker that died (killed for lack of memory, most often) ends the run
+        with a :class:`TrainingError` saying how to go on, instead of the loader's traceback."""
+        batches = iter(loader)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except RuntimeError as e:
+                if not str(e).startswith("DataLoader worker"):
+                    raise
+                newest = self.checkpoints.latest()
+                raise TrainingError(
+                    f"a data-loading worker died ({e}); the system most likely ran out of memory: lower "
+                    f"data.num_workers (now {self.config.data.num_workers}) or data.batch_size, then run the same "
+                    f"command with --resume (the newest checkpoint is {newest.name if newest else 'none yet'})") \
+                    from e
+            yield batch
+
     def finish(self, seconds: float) -> dict[str, Any]:
         """Evaluate the task's final datasets, export the final model (safetensors with its registry arguments) and
         write ``summary.json``."""
@@ -422,33 +599,71 @@ class Trainer:
             summary[key] = {"split": split, **results}
         if self.accelerator.is_main_process:
             boundary("train: exporting the model")
-            self.task.save_model(self.bare_model, self.output_dir / "model.safetensors",
-                                 {"config": json.dumps(to_dict(self.config))})
-            write_json_atomic(self.output_dir / "summary.json", summary)
+            with self._writing(f"the exported model ({MODEL_FILE}) and {SUMMARY}"):
+                self.task.save_model(self.bare_model, self.output_dir / MODEL_FILE,
+                                     {"config": json.dumps(to_dict(self.config))})
+                write_json_atomic(self.output_dir / SUMMARY, summary)
             if self.best:
                 logger.info("finished after %d steps: best validation %s %.4f at step %d; wrote %s and %s",
                             self.position.step, self.best.get("metric", "score"), self.best["score"],
-                            self.best["step"], self.output_dir / "model.safetensors", self.output_dir / "summary.json")
+                            self.best["step"], self.output_dir / MODEL_FILE, self.output_dir / SUMMARY)
         self.accelerator.end_training()
         self.lock.release()
         return summary
 
 
-def train(task: Task, resume: bool | str = False) -> dict[str, Any]:
+def _previous_run(trainer: Trainer, resume: bool | str) -> dict[str, Any] | None:
+    """Never overwrite a finished run: the summary of the finished run of this config in the output directory when
+    resuming (there is nothing left to do); a :class:`TrainingError` naming the file when a run would overwrite
+    ``summary.json`` or ``model.safetensors``; ``None`` when the run may go on."""
+    out = trainer.output_dir
+    if (out / SUMMARY).is_file():
+        if resume:
+            return finished_summary(out, trainer.config)
+        raise TrainingError(f"{out / SUMMARY} exists: {out} holds a finished run, which this run would overwrite; "
+                            "pass --overwrite to replace it, --resume to keep it, or choose another output_dir")
+    if (out / MODEL_FILE).is_file() and not (resume and trainer.checkpoints.latest() is not None):
+        raise TrainingError(f"{out / MODEL_FILE} exists: {out} holds the model of another run, which this run would "
+                            "overwrite; pass --overwrite to replace it, or choose another output_dir")
+    return None
+
+
+def _clear(trainer: Trainer) -> None:
+    """``--overwrite``: remove the previous run's summary, model and checkpoints (never through a symlink)."""
+    out = trainer.output_dir
+    if trainer.accelerator.is_main_process:
+        for name in (SUMMARY, MODEL_FILE):
+            (out / name).unlink(missing_ok=True)
+        for entry in list(trainer.checkpoints.root.iterdir()):
+            remove_tree(entry, trainer.checkpoints.root)
+        logger.info("--overwrite: removed the previous run's %s, %s and checkpoints from %s", SUMMARY, MODEL_FILE, out)
+    trainer.accelerator.wait_for_everyone()
+
+
+def train(task: Task, resume: bool | str = False, overwrite: bool = False) -> dict[str, Any]:
     """Run ``task`` to the end.
 
     ``resume=True`` continues from the newest intact checkpoint, or starts fresh when there is none yet (so one
     command line serves a job's first start and every requeue); ``resume=PATH`` continues from that checkpoint. A
-    fresh run (``resume=False``) refuses an output directory that holds checkpoints."""
+    fresh run (``resume=False``) refuses an output directory that holds checkpoints. A finished run in the output
+    directory is never overwritten unless ``overwrite`` asks for it (which removes it first and starts fresh); resumed,
+    a finished run of the same config is returned as it is."""
     trainer = Trainer(task)
     try:
+        if overwrite:
+            _clear(trainer)
+            resume = False
+        finished = _previous_run(trainer, resume)
+        if finished is not None:
+            logger.info("%s holds the finished run of this config: nothing to do", trainer.output_dir)
+            return finished
         if resume:
             if not trainer.resume(None if resume is True else resume) and trainer.accelerator.is_main_process:
                 warnings.warn(f"no checkpoint in {trainer.checkpoints.root} yet: starting the run from the beginning",
                               stacklevel=2)
         elif trainer.checkpoints.latest() is not None:
-            raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that run "
-                                "or choose another output_dir")
+            raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that run, "
+                                "--overwrite to start it again, or choose another output_dir")
         else:
             trainer.truncate_log(0)
         return trainer.fit()
@@ -456,7 +671,7 @@ def train(task: Task, resume: bool | str = False) -> dict[str, Any]:
         trainer.lock.release()  # also when the run fails or is pre-empted (the process may go on)
 
 
-def run(config: TrainConfig, resume: bool | str = False) -> dict[str, Any]:
+def run(config: TrainConfig, resume: bool | str = False, overwrite: bool = False) -> dict[str, Any]:
     """Train the registered task whose config ``config`` is (:func:`~rightreasons.engine.task.task_for_config`);
-    ``resume`` as for :func:`train`. Returns the run's summary."""
-    return train(task_for_config(config)(config), resume)
+    ``resume`` and ``overwrite`` as for :func:`train`. Returns the run's summary."""
+    return train(task_for_config(config)(config), resume, overwrite)

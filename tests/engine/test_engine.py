@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from rightreasons.config import from_dict, load_config
 from rightreasons.classification import ClassificationConfig, ClassificationTask
 from rightreasons.engine import Trainer, run
-from rightreasons.errors import ConfigError, TrainingError
+from rightreasons.errors import ConfigError, DivergenceError, TrainingError
 from rightreasons.guidance import GuidanceTask, GuideConfig
 
 BASE = """
@@ -119,7 +119,8 @@ def test_non_finite_losses_are_skipped_then_training_stops(tmp_path, monkeypatch
 
     monkeypatch.setattr(trainer.task, "losses", nan_loss)
     with pytest.warns(UserWarning, match=r"non-finite loss at epoch 0, batch \d .*step skipped"):
-        with pytest.raises(TrainingError, match="3 non-finite losses in a row"):
+        with pytest.raises(DivergenceError, match=r"training diverged at step 1 \(epoch 0\): 3 steps in a row had a "
+                                                  "non-finite loss"):
             trainer.fit()
     assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
 

@@ -17,9 +17,14 @@ import pytest
 import torch
 
 from rightreasons.apps.cli import main
-from rightreasons.engine.launch import LOCK_FILE, OutputLock, use_cpu
+from rightreasons.classification import ClassificationConfig, ClassificationTask
+from rightreasons.config import from_dict
+from rightreasons.data.base import AnnotatedDataset
+from rightreasons.engine import Trainer, run
+from rightreasons.engine.launch import use_cpu
 from rightreasons.engine.trainer import EXIT_PREEMPTED
 from rightreasons.errors import TrainingError
+from rightreasons.fileio import LOCK_FILE, DirectoryLock
 
 CONFIG = """
 cpu: true
@@ -68,9 +73,9 @@ def test_a_second_run_into_the_output_directory_of_a_running_one_is_refused(tmp_
 
 OTHER_PROCESS = """
 import sys
-from rightreasons.engine.launch import OutputLock
 from rightreasons.errors import TrainingError
-lock = OutputLock(sys.argv[1])
+from rightreasons.fileio import DirectoryLock
+lock = DirectoryLock(sys.argv[1], error=TrainingError)
 for line in sys.stdin:
     try:
         lock.acquire()
@@ -92,7 +97,7 @@ def test_the_lock_is_exclusive_between_processes_reentrant_within_one_and_dies_w
         return other.stdout.readline().strip()
 
     try:
-        first, again = OutputLock(tmp_path), OutputLock(tmp_path)
+        first, again = DirectoryLock(tmp_path, error=TrainingError), DirectoryLock(tmp_path, error=TrainingError)
         first.acquire()
         again.acquire()  # a run restarted in this process (e.g. after an exception) takes it again
         assert f"is in use by another run (process {os.getpid()} on host" in other_tries()
@@ -102,13 +107,13 @@ def test_the_lock_is_exclusive_between_processes_reentrant_within_one_and_dies_w
         assert other_tries() == "locked"
         with pytest.raises(TrainingError, match=rf"output directory {tmp_path} is in use by another run \(process "
                                                 rf"{other.pid} on host .*\); two runs writing one directory would "
-                                                r"corrupt its checkpoints: wait for that run to end"):
-            OutputLock(tmp_path).acquire()
+                                                r"corrupt what it holds: wait for that run to end"):
+            DirectoryLock(tmp_path, error=TrainingError).acquire()
     finally:
         other.kill()
         other.wait()
     assert _holder(tmp_path / LOCK_FILE)["pid"] == other.pid  # the killed run's name is still in the file
-    lock = OutputLock(tmp_path)
+    lock = DirectoryLock(tmp_path, error=TrainingError)
     lock.acquire()
     assert _holder(tmp_path / LOCK_FILE)["pid"] == os.getpid()
     lock.release()
@@ -120,3 +125,39 @@ def test_a_multi_process_launch_without_cuda_uses_the_cpu(monkeypatch):
     assert use_cpu(False) is False and use_cpu(True) is True  # one process: accelerate's own choice
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert use_cpu(False) is True
+
+
+def _tiny(out: Path, **data) -> ClassificationConfig:
+    return from_dict(ClassificationConfig, {
+        "output_dir": str(out), "cpu": True, "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 4}},
+        "data": {"image_size": 32, "batch_size": 4, "eval_batch_size": 8, "options": {"n": 8, "size": 32}, **data},
+        "optim": {"epochs": 1}, "eval": {"num_images": 0}})
+
+
+def test_a_refused_start_leaves_no_lock_behind(tmp_path):
+    """The start fails after the lock was taken (a batch larger than the data) while the error — and with it the
+    trainer — is still alive: another process takes the lock at once. Before: it stayed held until the trainer was
+    collected."""
+    out = tmp_path / "run"
+    with pytest.raises(TrainingError, match="larger than the training set") as error:
+        Trainer(ClassificationTask(_tiny(out, batch_size=64)))
+    other = subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(out)], input="acquire\n", capture_output=True,
+                           text=True, timeout=60)
+    assert other.stdout.strip() == "locked", (other.stdout, other.stderr[-2000:], error)
+
+
+def test_a_killed_data_loading_worker_is_a_clear_error(tmp_path, monkeypatch):
+    """A worker killed (as the kernel's out-of-memory killer does) ends the run with a TrainingError saying what to
+    change and how to go on. Before: the loader's RuntimeError traceback."""
+    getitem = AnnotatedDataset.__getitem__
+
+    def killed_in_workers(self, index):
+        if torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return getitem(self, index)
+
+    monkeypatch.setattr(AnnotatedDataset, "__getitem__", killed_in_workers)
+    with pytest.raises(TrainingError, match=r"a data-loading worker died \(DataLoader worker \(pid\(s\)? ?\d+\)? "
+                                            r".*lower data\.num_workers \(now 1\) or data\.batch_size, then run the "
+                                            "same command with --resume"):
+        run(_tiny(tmp_path / "run", num_workers=1))

@@ -5,7 +5,8 @@
   unpickled the unsafe way, does write it (so the payload is live).
 * YAML configs and ``key=value`` overrides are parsed safely: ``!!python/...`` tags are refused.
 * File names read from annotation files cannot leave the dataset root (``..``, absolute paths, drive letters, NUL).
-* The trainer fails before training on a read-only output directory and on a disk too small for its checkpoints.
+* The trainer fails before training on a read-only output directory and on a disk too small for the checkpoints it
+  can keep; every shipped config starts on a 50 GB disk, and a resume counts the checkpoints already on disk.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from rightreasons.distill.cache import FORMAT as CACHE_FORMAT
 from rightreasons.distill.cache import VERSION as CACHE_VERSION
 from rightreasons.distill.cache import ExplanationCache
 from rightreasons.classification import ClassificationConfig, ClassificationTask
+from rightreasons.apps.tasks import load_task_config
 from rightreasons.engine import Trainer, run
 from rightreasons.engine.checkpointing import MANIFEST
+from rightreasons.engine.trainer import checkpoint_bytes, checkpoints_kept_at_most, require_checkpoint_space
 from rightreasons.errors import CacheError, CheckpointError, ConfigError, TrainingError
 from rightreasons.models import read_state_dict
 
@@ -307,3 +310,53 @@ def test_disk_too_small_for_the_checkpoints_fails_before_training(tmp_path, monk
     assert not (tmp_path / "run" / "checkpoints").exists()
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=needed))
     assert Trainer(ClassificationTask(config)).checkpoints.latest() is None
+
+
+def _meta_model(config) -> torch.nn.Module:
+    """The config's model, without memory or weights (sizes only): 1,000 classes, as many as any shipped dataset."""
+    with torch.device("meta"):
+        return create_model(config.model.name, num_classes=1000, **config.model.kwargs)
+
+
+SHIPPED = sorted(p for p in (Path(__file__).parents[2] / "configs").rglob("*.yaml")
+                 if not {"grids", "studies"} & set(p.parts))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_shipped_config_starts_on_an_ordinary_disk(path, tmp_path, monkeypatch):
+    """50 GB free hold every checkpoint a shipped run can keep at once; a disk of two checkpoints is refused. Before:
+    ``voc2007_baseline.yaml`` reserved 304 checkpoints (85.9 GB) and the Waterbirds configs 354 — a Pareto-front
+    checkpoint per validation when ``keep_front`` was unset."""
+    config = load_task_config(None, path)
+    model = _meta_model(config)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda where: usage._replace(free=50 * 10 ** 9))
+    require_checkpoint_space(tmp_path, config, model, config.optim.epochs)
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda where: usage._replace(free=2 * checkpoint_bytes(model, config.optim)))
+    with pytest.raises(TrainingError, match="not enough free disk space"):
+        require_checkpoint_space(tmp_path, config, model, config.optim.epochs)
+
+
+def test_after_space_is_freed_resume_reserves_only_new_checkpoints_and_may_lower_keep_last(finished_run, tmp_path,
+                                                                                          monkeypatch):
+    """A run stopped by a full disk, resumed once space was freed: the checkpoints already on disk are not counted
+    again, and the error's advice (lower ``keep_last``) is a change a resume accepts. Before: ``--resume`` was refused
+    for the space its own checkpoints took, and lowering ``keep_last`` was refused as a config change."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    for name in ("summary.json", "model.safetensors"):
+        (out / name).unlink()  # interrupted after its checkpoints
+    existing = len(list((out / "checkpoints").glob("step-*")))
+    config = tiny_config(out, checkpoint={"every_steps": 1, "keep_last": 2})
+    model = create_model("bcos_cifar10_resnet20", num_classes=2)
+    copies, _ = checkpoints_kept_at_most(config, 1)
+    assert existing >= 1 and copies > existing
+    new = checkpoint_bytes(model, config.optim) * (copies - existing)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda where: usage._replace(free=new))
+    trainer = Trainer(ClassificationTask(config))
+    assert trainer.resume() is True
+    trainer.lock.release()
+    with pytest.raises(TrainingError, match="not enough free disk space"):  # a fresh run needs them all
+        Trainer(ClassificationTask(tiny_config(tmp_path / "fresh", checkpoint={"every_steps": 1, "keep_last": 2})))

@@ -1,5 +1,5 @@
 """Arguments shared by the command-line parsers: numbers checked for their range while the command line is parsed,
-and the ``--resume [CHECKPOINT]`` option of the training commands.
+and the ``--resume [CHECKPOINT]`` and ``--overwrite`` options of the training commands.
 
 argparse calls a type with the argument's text; an :class:`argparse.ArgumentTypeError` becomes the usual one-line
 ``error: argument --NAME: ...`` with exit code 2, before any work starts. Without these, an out-of-range number either
@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["add_resume", "non_negative_int", "positive_int", "resume_and_overrides", "torch_device", "unit_float"]
+__all__ = ["add_overwrite", "add_resume", "non_negative_int", "positive_int", "resume_and_overrides", "torch_device",
+           "unit_float"]
 
 
 def add_resume(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +28,13 @@ def add_resume(parser: argparse.ArgumentParser) -> None:
                         help="continue from the newest intact checkpoint of output_dir (or the one given); starts "
                              "from the beginning when there is none yet, so one command line serves the first start "
                              "and every requeue")
+
+
+def add_overwrite(parser: argparse.ArgumentParser) -> None:
+    """Add ``--overwrite`` (``args.overwrite``): the one way to replace a finished run in ``output_dir``."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run in output_dir (its summary.json, model.safetensors and checkpoints) "
+                             "and start from the beginning; without it a finished run is never overwritten")
 
 
 def resume_and_overrides(args: argparse.Namespace) -> tuple[bool | str, list[str]]:

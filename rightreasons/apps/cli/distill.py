@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from ...errors import UsageError
-from .arguments import add_resume, non_negative_int, positive_int, resume_and_overrides
+from .arguments import add_overwrite, add_resume, non_negative_int, positive_int, resume_and_overrides
 
 __all__ = ["register"]
 
@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--frozen", type=Path, metavar="DIR", help="train on the cached teacher outputs in DIR "
                                                               "(same as distill.frozen=DIR)")
     add_resume(p)
+    add_overwrite(p)
     p.set_defaults(func=run_distill)
 
     p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image")
@@ -90,7 +91,7 @@ def run_distill(args: argparse.Namespace) -> int:
     resume, overrides = resume_and_overrides(args)
     overrides += [f"distill.frozen={args.frozen}"] if args.frozen else []
     config = load_task_config("distill", args.config, overrides)
-    summary = run(config, resume=resume)
+    summary = run(config, resume=resume, overwrite=args.overwrite)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir,
                           "test": summary.get("test")}))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import add_resume, resume_and_overrides
+from .arguments import add_overwrite, add_resume, resume_and_overrides
 
 if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when they run, so that --help starts at once
     from ...engine import TrainConfig
@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p = subparsers.add_parser(name, help=help_text)
         _add_common(p, config_required=True)
         add_resume(p)
+        add_overwrite(p)
         p.set_defaults(func=run_train)
     p = subparsers.add_parser("evaluate", help="evaluate a trained model on a split and write all metrics as JSON")
     _add_common(p, config_required=False)
@@ -67,7 +68,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     resume, overrides = resume_and_overrides(args)
     config = load_task_config(args.command, args.config, overrides)
-    summary = run(config, resume=resume)
+    summary = run(config, resume=resume, overwrite=args.overwrite)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
     return 0

@@ -134,7 +134,8 @@ def test_refused_starts_leave_no_tensorboard_runs(workdir, capsys):
     assert len(before) == 1
     capsys.readouterr()
     assert main(["train", "--config", "config.yaml"]) == 2
-    assert "already holds checkpoints" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "summary.json exists" in error and "pass --overwrite to replace it" in error
     assert _event_files(workdir / "run") == before
 
 
@@ -154,13 +155,13 @@ def test_a_run_directory_stands_for_its_model_file(workdir, capsys):
 
 def test_an_override_after_resume_is_an_override_not_the_checkpoint(workdir, capsys):
     """argparse gives ``--resume``'s optional CHECKPOINT the next word; ``--resume optim.lr=0.5`` used to fail with
-    "optim.lr=0.5 is not a complete checkpoint". Now the override is applied, and the resumed run's check of its
+    "optim.lr=0.5 is not a complete checkpoint". Now the override is applied, and the check of the finished run's
     config names it."""
     assert main(["train", "--config", "config.yaml", "max_steps=1"]) == 0
     capsys.readouterr()
     assert main(["train", "--config", "config.yaml", "--resume", "optim.lr=0.5", "max_steps=1"]) == 2
     err = capsys.readouterr().err
-    assert "it was written with another config" in err and "optim.lr: 0.0001 != 0.5" in err, err
+    assert "holds a finished run of another config" in err and "optim.lr: 0.0001 != 0.5" in err, err
     checkpoint = next((workdir / "run" / "checkpoints").iterdir())
     assert main(["train", "--config", "config.yaml", "--resume", str(checkpoint), "max_steps=1"]) == 0
 
