@@ -24,9 +24,11 @@ from ..classification.config import ClassificationConfig
 from ..config import FieldError, expect
 from ..models import checked_arguments
 from .explanations import EXPLANATION_CHOICES
+from .formats import DEFAULT_FORMAT, FORMATS
 from .objective import LogitLossName
 
 ExplanationChoice = Literal[EXPLANATION_CHOICES]  # type: ignore[valid-type]
+CacheFormat = Literal[tuple(FORMATS)]  # type: ignore[valid-type]
 
 __all__ = ["DistillConfig", "DistillSection", "EvalDataConfig", "TeacherConfig"]
 
@@ -76,8 +78,12 @@ class DistillSection:
       ``explanation_layer`` unless the method is input-only), ``auto`` (B-cos ``W(x)``, ``bcos_weights``, for two
       B-cos models; GradCAM for two standard ones) or ``none``; also what the evaluation's explanation similarity
       compares.
+    * ``explanation_every`` K: the e²KD term on every K-th optimiser step only (steps 0, K, 2K, ...; the logit and
+      other terms every step) — the cheap alternative to a cache: the other steps need neither explanation.
     * ``frozen``: a cache directory of teacher logits and explanations (``rightreasons cache``); training then never
       runs the teacher (it is still loaded for evaluation); ``verify_cache`` checks the shards' SHA-256 at start.
+      ``cache_format``: how ``rightreasons cache`` stores the explanations (``float16`` or ``compact``,
+      :mod:`rightreasons.distill.formats`); a cache of another format is refused.
       ``crop_fraction``: the base view the cache is computed on (:func:`rightreasons.data.base_view`).
     * ``shots``: limited data, this many training images per class, drawn with ``shots_seed``.
     * ``eval_data``: validate on another dataset (data-free); ``test_split``: also evaluate this split of the
@@ -93,8 +99,10 @@ class DistillSection:
     at_layers: list[str] = field(default_factory=lambda: ["mid1", "mid2", "mid3", "final"])
     explanation: ExplanationChoice = "auto"
     explanation_layer: str = "final"
+    explanation_every: int = 1
     frozen: str | None = None
     verify_cache: bool = True
+    cache_format: CacheFormat = DEFAULT_FORMAT
     crop_fraction: float = 1.0
     shots: int | None = None
     shots_seed: int = 0
@@ -108,6 +116,8 @@ class DistillSection:
         expect(self.logit_weight + self.explanation_weight + self.gt_weight + self.at_weight > 0, "explanation_weight",
                self.explanation_weight, "a loss weight > 0 somewhere (every loss weight is 0: nothing to train on)")
         expect(bool(self.explanation_layer.strip()), "explanation_layer", self.explanation_layer, "a layer name")
+        expect(self.explanation_every >= 1, "explanation_every", self.explanation_every,
+               "an integer >= 1 (1 = the e²KD term on every step)")
         expect(self.frozen is None or bool(self.frozen.strip()), "frozen", self.frozen, "a cache directory or null")
         expect(0 < self.crop_fraction <= 1, "crop_fraction", self.crop_fraction, "a fraction in (0, 1]")
         expect(self.shots is None or self.shots >= 1, "shots", self.shots, "an integer >= 1 or null")

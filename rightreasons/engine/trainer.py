@@ -264,7 +264,7 @@ class Trainer:
         rank = self.accelerator.process_index
         seed = mix_seed(self.config.seed, self.position.step, self.position.batch, rank)
         return Step(generator=torch.Generator().manual_seed(seed), world_size=self.accelerator.num_processes,
-                    sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"))
+                    sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"), index=self.position.step)
 
     def _finite_everywhere(self, loss: Tensor) -> bool:
         flag = torch.tensor(float(torch.isfinite(loss).item()), device=loss.device)
