@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..data import collate, eval_transform, load_dataset, train_transform
+from ..data import eval_transform, load_dataset, train_transform
 from ..explain import attribute
 from ..metrics.agreement import explanation_similarity
 from ..models import capabilities
