@@ -2,15 +2,17 @@
 mismatched, incomplete and corrupt caches, and joint augmentation of images and cached explanations."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from rightreasons.config import ConfigError, load_config
 from rightreasons.data import eval_transform, load_dataset, train_transform
-from rightreasons.distill import (CacheCorruptError, CacheMismatchError, ExplanationCache, weights_fingerprint,
-                                  write_cache)
+from rightreasons.distill import (CacheCorruptError, CacheMismatchError, DistillConfig, ExplanationCache,
+                                  weights_fingerprint, write_cache)
 from rightreasons.distill.formats import COMPACT_COSINE, FORMATS, TILE
 from rightreasons.engine.data import SeededTransform
 from rightreasons.errors import CacheError
@@ -240,3 +242,9 @@ def test_a_cache_written_before_formats_existed_reads_as_float16(tmp_path):
     assert ExplanationCache(tmp_path, explanation_format="float16").explanation_format == "float16"
     with pytest.raises(CacheMismatchError, match="as 'float16', but 'compact'"):
         ExplanationCache(tmp_path, explanation_format="compact")
+
+
+def test_an_unknown_cache_format_is_a_config_error(tmp_path):
+    config = Path(__file__).resolve().parents[2] / "configs" / "distill" / "synthetic.yaml"
+    with pytest.raises(ConfigError, match="cache_format"):
+        load_config(DistillConfig, config, [f"output_dir={tmp_path}", "distill.cache_format=float8"])
