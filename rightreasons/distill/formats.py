@@ -31,7 +31,7 @@ from torch import Tensor
 __all__ = ["COMPACT_COSINE", "DEFAULT_FORMAT", "FORMATS", "TILE", "CompactFormat", "Float16Format", "MapFormat"]
 
 COMPACT_COSINE = 0.995
-"""The cosine similarity each ``compact`` map keeps with the map it encodes (the quantisation step is chosen for it)."""
+"""The cosine similarity each ``compact`` tile keeps with the tile it encodes (its quantisation step is chosen so)."""
 
 TILE = 32
 """``compact`` chooses its quantisation step per ``TILE × TILE`` square (all channels), so that a crop of the map is
@@ -58,19 +58,14 @@ class MapFormat(Protocol):
         """The float32 map ``[C, H, W]`` of ``row`` of an open shard (``safe_open`` handle)."""
 
 
-def _peaks(maps: Tensor) -> Tensor:
-    """``[B]`` the maximum magnitude of each map, 1 for all-zero maps (so that dividing by it is safe)."""
-    peak = maps.flatten(1).abs().amax(1)
-    return torch.where(peak > 0, peak, torch.ones_like(peak))
-
-
 class Float16Format:
     name = "float16"
     per_image = ("scales",)
 
     def encode(self, maps: Tensor) -> dict[str, Tensor]:
         scale = maps.flatten(1).abs().amax(1)
-        return {"explanations": (maps / _peaks(maps).view(-1, *[1] * (maps.dim() - 1))).half(), "scales": scale}
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # all-zero maps stay 0
+        return {"explanations": (maps / safe.view(-1, *[1] * (maps.dim() - 1))).half(), "scales": scale}
 
     def index(self, per_image: dict[str, Tensor]) -> dict[str, Tensor]:
         return per_image
