@@ -10,11 +10,11 @@ Layout of a cache directory::
 The explanations are computed on the un-augmented *base view* of each image (:func:`rightreasons.data.base_view`) and
 stored in one of the :data:`~rightreasons.distill.formats.FORMATS` (manifest key ``explanation_format``; a manifest
 without it is ``float16``): ``float16`` (each map scaled to a maximum magnitude of 1 and cast to float16, so that no
-map under- or overflows; relative error < 2⁻¹¹ of the map's maximum) or ``compact`` (8-bit levels with a per-map step
-chosen for a cosine similarity >= 0.995 with the map, deflate-compressed; about 40× smaller for B-cos ``W(x)``).
-``cache[id]`` is always the decoded float32 map at the base view's resolution. Logits are few and stay float32.
-Shards are read lazily and memory-mapped (``safe_open``): an explanation is read when a sample needs it; logits and
-the per-image scales are loaded once.
+map under- or overflows; relative error < 2⁻¹¹ of the map's maximum) or ``compact`` (8-bit levels with a step per
+32-pixel tile chosen so that each tile keeps a cosine similarity >= 0.995, deflate-compressed; about 33× smaller for
+a B-cos ResNet-50's ``W(x)`` at 224 px). ``cache[id]`` is always the decoded float32 map at the base view's
+resolution. Logits are few and stay float32. Shards are read lazily and memory-mapped (``safe_open``): an explanation
+is read when a sample needs it; logits and the few per-image numbers of the format are loaded once.
 
 The manifest records the *setting* — teacher (registry name, arguments, SHA-256 of its weights), data (name, root,
 split, options), transform (resolution, crop fraction, the teacher's input encoding) and explanation (kind, layer) —

@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="cache directory (a partial cache there is resumed)")
     p.add_argument("--batch-size", type=positive_int, help="images per teacher call (default data.eval_batch_size)")
     p.add_argument("--shard-size", type=positive_int, help="images per shard (default: about 256 MiB per shard)")
-    p.add_argument("--format", choices=("float16", "compact"),
+    p.add_argument("--format", metavar="NAME",
                    help="how the explanations are stored (distill.cache_format): float16 (default) or compact "
                         "(8-bit, deflate-compressed, cosine >= 0.995 to the map; ~40x smaller)")
     p.add_argument("--check", action="store_true",
