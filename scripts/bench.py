@@ -8,6 +8,7 @@ that drifts of a shared machine hit both alike; medians are reported. The table 
     python scripts/bench.py                       # all sections, full sizes
     python scripts/bench.py --only explain-batched --json bench.json
     python scripts/bench.py --quick               # seconds; what the test suite runs
+    python scripts/bench.py --only e2kd-cache-imagenet --threads 1 --imagenet-images 2   # the 224 px rehearsal
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ from rightreasons.explain import explain
 
 @dataclass(frozen=True)
 class Settings:
-    """What every section gets: the device and whether to run at tiny sizes."""
+    """What every section gets: the device, whether to run at tiny sizes, and the size of the ImageNet rehearsal
+    (class folders, images per class)."""
 
     device: torch.device
     quick: bool
+    imagenet_classes: int = 1000
+    imagenet_images: int = 2
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -314,6 +318,164 @@ def e2kd_frozen_step(settings: Settings) -> list[Row]:
                 "reference = the whole frozen step; ratio = loader share of the step")]
 
 
+@section("e2kd-every-k")
+def e2kd_every_k(settings: Settings) -> list[Row]:
+    """Live e²KD with the explanation term on every 4th step (``distill.explanation_every=4``) vs every step."""
+    import tempfile
+
+    from rightreasons.config import from_dict, to_dict
+    from rightreasons.distill import DistillationTask, DistillConfig
+    from rightreasons.engine.timing import compare_step_times
+
+    steps, warmup = (4, 1) if settings.quick else (8, 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        configs, (teacher, student), batch = _distill_configs(settings, Path(tmp) / "cache")
+        every = to_dict(configs["live"])
+        every = from_dict(DistillConfig, {**every, "output_dir": str(Path(tmp) / "every4"),
+                                          "distill": {**every["distill"], "explanation_every": 4}})
+        t = compare_step_times({"every": DistillationTask(configs["live"]), "every4": DistillationTask(every)},
+                               steps=steps, warmup=warmup)
+    step = lambda r: r["step_seconds"] + r["loader_seconds"]  # noqa: E731
+    speedup = step(t["every"]) / step(t["every4"])
+    size = configs["live"].data.image_size
+    return [Row("e2kd-every-k: K=4 vs K=1", step(t["every4"]), step(t["every"]), speedup, ">= 1.5", speedup >= 1.5,
+                f"{teacher} -> {student}, batch {batch}x6x{size}x{size}, lambda = 5, live teacher; ours = mean step "
+                f"with the e²KD term every 4th step, reference = every step; {steps} alternating steps after "
+                f"{warmup} warm-up (a multiple of 4: both kinds of step are averaged); ratio = K=1 / K=4")]
+
+
+FLOAT16_CLASSES = 100
+"""Classes of the rehearsal's float16 comparison cache (see :func:`e2kd_cache_imagenet`)."""
+
+WNID = "n{:08d}"
+"""Class folder names of the rehearsal (ImageNet's wnid pattern)."""
+
+
+def write_imagenet_folder(root: Path, classes: int, per_class: int, size: int, seed: int = 0) -> Path:
+    """An ImageNet-layout tree (``train/<wnid>/*.JPEG``, ``per_class`` images per class; ``val/``: one image for
+    each of the first 8 classes) of smooth random colour images ``size × 1.25 size`` (so that the base view resizes
+    and crops), JPEG quality 90. Returns ``root``."""
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(seed)
+    for split, counts in (("train", [per_class] * classes), ("val", [1] * min(classes, 8))):
+        for c, count in enumerate(counts):
+            folder = root / split / WNID.format(c)
+            folder.mkdir(parents=True, exist_ok=True)
+            for k in range(count):
+                low = torch.rand(3, 6, 8, generator=gen)
+                image = F.interpolate(low[None], size=(size, size * 5 // 4), mode="bicubic", align_corners=False)[0]
+                image = (image + 0.1 * torch.rand(image.shape, generator=gen)).clamp(0, 1)
+                pixels = (image.permute(1, 2, 0) * 255).round().to(torch.uint8).numpy()
+                Image.fromarray(pixels).save(folder / f"{WNID.format(c)}_{k}.JPEG", quality=90)
+    return root
+
+
+def _cli(args: list[str]) -> tuple[float, str]:
+    """Run ``python -m rightreasons ARGS`` with this process's thread count; (wall seconds, stdout)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "rightreasons", *args], capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"rightreasons {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return time.perf_counter() - start, result.stdout
+
+
+def _read_rate(config_path: Path, cache: Path, batch: int) -> float:
+    """Images/s of the frozen-e²KD training loader (JPEG decode, base view, cached map decoded, joint crop/flip,
+    encoding) with 2 workers, over one pass of the training set."""
+    from torch.utils.data import DataLoader
+
+    from rightreasons.config import load_config
+    from rightreasons.data import collate, load_dataset, train_transform
+    from rightreasons.distill import DistillConfig, ExplanationCache
+
+    config = load_config(DistillConfig, config_path)
+    data = config.data
+    maps = ExplanationCache(cache, verify=False)
+    transform = train_transform(data.image_size, encoding="bcos", scale=tuple(data.crop_scale), explanations=maps,
+                                crop_fraction=config.distill.crop_fraction)
+    dataset = load_dataset("imagenet", data.root, "train", transform=transform)
+    loader = DataLoader(dataset, batch_size=batch, num_workers=2, collate_fn=collate, persistent_workers=False)
+    start = time.perf_counter()
+    count = sum(len(b["id"]) for b in loader)
+    return count / (time.perf_counter() - start)
+
+
+def _live_rate(teacher: str, size: int, batch: int, settings: Settings) -> float:
+    """Images/s of the live teacher: forward + explanation (``W(x)`` of the top-1 class) of a batch, median of 3."""
+    from rightreasons.explain import attribute
+
+    model = rr.create_model(teacher).eval().requires_grad_(False).to(settings.device)
+    x = torch.rand(batch, 6, size, size, device=settings.device)
+    times = alternate({"live": lambda: attribute(model, x, None, "bcos_weights", "input")}, settings,
+                      1 if settings.quick else 3, 1)
+    return batch / statistics.median(times["live"])
+
+
+@section("e2kd-cache-imagenet")
+def e2kd_cache_imagenet(settings: Settings) -> list[Row]:
+    """The ImageNet rehearsal: an ImageNet-layout folder, ``rightreasons cache --format compact``, ``cache --check``
+    and ``distill --frozen`` through the CLI; bytes per image, write and read (2 loader workers) images/s against the
+    live teacher's forward + explanation. The ``float16`` cache it is compared with is written for the first
+    :data:`FLOAT16_CLASSES` classes only (its bytes per image are fixed by the map's shape, its rates are per image):
+    writing it for every class would double the section's time, which is the teacher's."""
+    import tempfile
+
+    import yaml
+
+    classes, per_class = (10, 2) if settings.quick else (settings.imagenet_classes, settings.imagenet_images)
+    teacher, size, batch = ("bcos_resnet18", 32, 8) if settings.quick else ("bcos_resnet50", 224, 16)
+    with tempfile.TemporaryDirectory() as tmp:
+        stats: dict[str, dict[str, float]] = {}
+        for name, count in (("compact", classes), ("float16", min(classes, FLOAT16_CLASSES))):
+            root = write_imagenet_folder(Path(tmp) / f"imagenet-{name}", count, per_class, size)
+            config_path = Path(tmp) / f"rehearsal-{name}.yaml"
+            config_path.write_text(yaml.safe_dump({
+                "output_dir": str(Path(tmp) / "run"), "cpu": settings.device.type == "cpu", "max_steps": 2,
+                "model": {"name": "bcos_resnet18"}, "teacher": {"name": teacher},
+                "data": {"name": "imagenet", "root": str(root), "image_size": size, "batch_size": 8,
+                         "eval_batch_size": 8},
+                "optim": {"name": "adam", "lr": 1.0e-3, "epochs": 1}, "eval": {"num_images": 0},
+                "distill": {"explanation_weight": 1.0, "crop_fraction": 0.875, "cache_format": name}}))
+            cache = Path(tmp) / f"cache-{name}"
+            seconds, _ = _cli(["cache", "--config", str(config_path), "--out", str(cache), "--batch-size", str(batch)])
+            written = count * per_class
+            stats[name] = {"images": written, "write": written / seconds, "read": _read_rate(config_path, cache, 32),
+                           "bytes": sum(p.stat().st_size for p in cache.glob("shard-*.safetensors")) / written}
+        config_path = Path(tmp) / "rehearsal-compact.yaml"
+        _, checked = _cli(["cache", "--config", str(config_path), "--out", str(Path(tmp) / "cache-compact"),
+                           "--check", "--num-images", str(min(classes * per_class, 8 if settings.quick else 32))])
+        check = json.loads(checked.splitlines()[-1])
+        frozen_s, _ = _cli(["distill", "--config", str(config_path), "--frozen", str(Path(tmp) / "cache-compact")])
+    live = _live_rate(teacher, size, batch, settings)
+    cos = check["cosine"]
+    setup = (f"{classes} class folders x {per_class} JPEGs at {size} px (base view {size}/0.875), teacher {teacher} "
+             f"(random weights), student bcos_resnet18; live teacher {live:.2f} images/s (forward + W(x), batch "
+             f"{batch}); float16 ({stats['float16']['images']} images): {stats['float16']['bytes'] / 1e3:.1f} "
+             f"KB/image, write {stats['float16']['write']:.2f} images/s, read {stats['float16']['read']:.1f} "
+             f"images/s; compact: "
+             f"{stats['compact']['bytes'] / 1e3:.1f} KB/image, write {stats['compact']['write']:.2f} images/s, read "
+             f"{stats['compact']['read']:.1f} images/s (reads: the training loader, JPEG decode + base view + map "
+             f"decode + joint crop/flip + encoding, 2 workers); cache --check on {check['images']} augmented images: "
+             f"cosine compact vs lossless {cos['cached_vs_exact']['mean']:.4f} (worst "
+             f"{cos['cached_vs_exact']['worst']:.4f}), compact vs live {cos['cached_vs_live']['mean']:.4f}, lossless "
+             f"vs live {cos['exact_vs_live']['mean']:.4f}; distill --frozen (2 steps + validation) {frozen_s:.0f} s")
+    ratio_read = stats["compact"]["read"] / live
+    ratio_bytes = stats["float16"]["bytes"] / stats["compact"]["bytes"]
+    return [Row("e2kd-cache-imagenet: compact read vs live teacher", 1 / stats["compact"]["read"], 1 / live,
+                ratio_read, ">= 5.0", ratio_read >= 5.0, f"{setup}; seconds per image, ratio = read / live images/s"),
+            Row("e2kd-cache-imagenet: float16 vs compact bytes", stats["compact"]["bytes"], stats["float16"]["bytes"],
+                ratio_bytes, ">= 24", ratio_bytes >= 24, f"{setup}; columns hold bytes per image, not seconds"),
+            Row("e2kd-cache-imagenet: compact vs lossless cosine", cos["cached_vs_exact"]["mean"], 1.0,
+                cos["cached_vs_exact"]["mean"], ">= 0.99", cos["cached_vs_exact"]["mean"] >= 0.99,
+                f"{setup}; columns hold cosine similarities, not seconds")]
+
+
 def _bcosify_runs(settings: Settings, folder: Path) -> tuple[dict[str, object], dict[str, int], str]:
     """The two trainings the speed-up section races — a B-cosified standard ResNet-18 fine-tuned with the
     B-cosification recipe and a B-cos ResNet-18 from scratch with the B-cos recipe — in the setting of
@@ -476,12 +638,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="device to run on (default: cuda when available, else cpu)")
+    parser.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--imagenet-classes", type=int, default=1000, metavar="N",
+                        help="class folders of the e2kd-cache-imagenet rehearsal (default 1000)")
+    parser.add_argument("--imagenet-images", type=int, default=2, metavar="N",
+                        help="JPEGs per class folder of the e2kd-cache-imagenet rehearsal (default 2)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settings = Settings(torch.device(args.device), args.quick)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = Settings(torch.device(args.device), args.quick, args.imagenet_classes, args.imagenet_images)
     torch.manual_seed(0)
     rows = [row for name in (args.only or SECTIONS) for row in SECTIONS[name](settings)]
     environment = {"device": str(settings.device), "quick": settings.quick, "threads": torch.get_num_threads(),

@@ -4,6 +4,7 @@ half the width with KD, e²KD and e²KD from frozen explanations for several see
     python scripts/e2kd_study.py limited-data --out runs/e2kd-limited          # a few minutes on 2 CPU cores
     python scripts/e2kd_study.py unbiased-teacher --out runs/e2kd-unbiased
     python scripts/e2kd_study.py limited-data --out /tmp/s --quick             # a smoke run, not a measurement
+    python scripts/e2kd_study.py limited-data --out runs/e2kd-formats --cache-formats   # float16 vs compact cache
 
 * ``limited-data`` (thesis §8.2.1): ``synthetic-multilabel`` with one large object per image (``max_objects: 1``,
   ``difficulty: 0``) — six shape classes on context backgrounds that co-occur with three of them — i.e. a
@@ -16,7 +17,9 @@ half the width with KD, e²KD and e²KD from frozen explanations for several see
   background?
 
 Teacher: B-cos ResNet-18 of width 16, 10 epochs; students: width 8, Adam lr 1e-3, τ = 1, λ = ``--weight``. Writes
-``OUT/results.json`` and ``OUT/report.md`` (mean ± std over seeds, in %).
+``OUT/results.json`` and ``OUT/report.md`` (mean ± std over seeds, in %). ``--cache-formats`` trains frozen e²KD
+students only, from a ``float16`` and from a ``compact`` cache of the same teacher (:mod:`rightreasons.distill.formats`),
+instead of the three modes: does the small format train the same students?
 """
 
 from __future__ import annotations
@@ -100,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--shots", type=int, help="training images per class of the students (limited-data: 50)")
     parser.add_argument("--epochs", type=int, help="training epochs of every student (default: the study's)")
     parser.add_argument("--weight", type=float, default=5.0, help="λ of the e²KD explanation term")
+    parser.add_argument("--cache-formats", action="store_true",
+                        help="frozen e²KD from a float16 and from a compact cache, instead of KD / e²KD / frozen e²KD")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
     args = parser.parse_args(argv)
     study = STUDIES[args.study]
@@ -120,30 +125,38 @@ def main(argv: list[str] | None = None) -> int:
     teacher_model = load_model(teacher)
     test = load_dataset(study.data, None, "test", **options(study.student_options, args.size, args.test_images),
                         transform=transforms_for(teacher_model, args.size, crop_fraction=1.0))
+    # (key, mode, cache format, cache folder, label) of the students compared
+    variants = ([(f"frozen_{f}", "e2kd_frozen", f, out / f"teacher-cache-{f}", f"frozen e²KD, {f} cache")
+                 for f in ("float16", "compact")] if args.cache_formats else
+                [(mode, mode, "float16", out / "teacher-cache", MODE_LABELS[mode]) for mode in MODES])
     runs: list[dict[str, dict[str, float]]] = []
     for seed in range(args.seeds):
         runs.append({})
-        for mode in MODES:
-            folder = out / f"seed-{seed}" / mode
+        for key, mode, cache_format, cache_dir, _ in variants:
+            folder = out / f"seed-{seed}" / key
             result = run_distillation(DistillationRun(
                 teacher=str(teacher), mode=mode, output_dir=str(folder), student="bcos_resnet18",
                 student_kwargs={"inplanes": 8}, data=study.data,
                 data_options=options(study.student_options, args.size, args.train_images), image_size=args.size,
                 batch_size=args.batch_size // (2 if args.shots else 1), epochs=args.epochs,
-                explanation_weight=args.weight, seed=seed, cache_dir=str(out / "teacher-cache"), test_split=None,
+                explanation_weight=args.weight, seed=seed, cache_dir=str(cache_dir), cache_format=cache_format,
+                test_split=None,
                 shots=args.shots, localization=False, crop_scale=list(study.crop_scale)))
-            runs[seed][mode] = score(load_model(result["model_file"]), teacher_model, test)
-            print(f"seed {seed} {mode}: {runs[seed][mode]}", file=sys.stderr, flush=True)
-    summary = summarize(runs, MODES, study.metrics)
+            runs[seed][key] = score(load_model(result["model_file"]), teacher_model, test)
+            print(f"seed {seed} {key}: {runs[seed][key]}", file=sys.stderr, flush=True)
+    keys = [key for key, *_ in variants]
+    summary = summarize(runs, keys, study.metrics)
     teacher_metrics = score(teacher_model, teacher_model, test)
     results = {"study": args.study, "shots": args.shots, "epochs": args.epochs, "weight": args.weight,
                "seeds": args.seeds, "teacher": teacher_metrics,
                "runs": {f"seed-{k}": run for k, run in enumerate(runs)}, "summary": summary}
     write_text_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
-    rows = [{"mode": MODE_LABELS[mode], **{k: cell(summary[mode][k]) for k in study.metrics}} for mode in MODES]
+    question = ("students from the compact cache match those from the float16 cache within one std"
+                if args.cache_formats else study.question)
+    rows = [{"mode": label, **{k: cell(summary[key][k]) for k in study.metrics}} for key, *_, label in variants]
     shots = f"{args.shots} shots per class" if args.shots else "the full biased training split"
     write_text_atomic(out / "report.md",
-        f"# e²KD study `{args.study}` ({study.data})\n\nQuestion: {study.question}. Teacher test accuracy "
+        f"# e²KD study `{args.study}` ({study.data})\n\nQuestion: {question}. Teacher test accuracy "
         f"{100 * teacher_metrics['accuracy']:.1f} %; students: {args.epochs} epochs on {shots}, λ = {args.weight:g}; "
         f"mean ± std over {args.seeds} seed(s), test split, % (explanation similarity: mean cosine × 100).\n\n"
         + markdown_table(rows, ["mode", *study.metrics], ["student", *(LABELS[k] for k in study.metrics)]))

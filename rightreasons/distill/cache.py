@@ -3,16 +3,18 @@
 Layout of a cache directory::
 
     manifest.json                  what the cache holds (see below); "complete": true once every shard is written
-    shard-00000.safetensors        "explanations" float16 [n, C, H, W] (each map divided by its max |value|),
-                                   "scales" float32 [n] (that max), "logits" float32 [n, K];
+    shard-00000.safetensors        the explanation maps in the cache's format (below), "logits" float32 [n, K];
                                    metadata "ids": JSON list of the n sample ids
     shard-00000.json               the shard's record: rows, SHA-256, size, shapes (written after the shard)
 
 The explanations are computed on the un-augmented *base view* of each image (:func:`rightreasons.data.base_view`) and
-stored scaled to a maximum magnitude of 1 before the cast to float16, so that no map under- or overflows float16;
-reading multiplies the scale back (``cache[id]`` is ``E`` up to float16 rounding, relative error < 2⁻¹¹ of the
-map's maximum). Logits are few and stay float32. Shards are read lazily and memory-mapped (``safe_open``): an
-explanation is read when a sample needs it; logits and scales are loaded once.
+stored in one of the :data:`~rightreasons.distill.formats.FORMATS` (manifest key ``explanation_format``; a manifest
+without it is ``float16``): ``float16`` (each map scaled to a maximum magnitude of 1 and cast to float16, so that no
+map under- or overflows; relative error < 2⁻¹¹ of the map's maximum) or ``compact`` (8-bit levels with a step per
+32-pixel tile chosen so that each tile keeps a cosine similarity >= 0.995, deflate-compressed; about 33× smaller for
+a B-cos ResNet-50's ``W(x)`` at 224 px). ``cache[id]`` is always the decoded float32 map at the base view's
+resolution. Logits are few and stay float32. Shards are read lazily and memory-mapped (``safe_open``): an explanation
+is read when a sample needs it; logits and the few per-image numbers of the format are loaded once.
 
 The manifest records the *setting* — teacher (registry name, arguments, SHA-256 of its weights), data (name, root,
 split, options), transform (resolution, crop fraction, the teacher's input encoding) and explanation (kind, layer) —
@@ -59,6 +61,7 @@ from ..errors import CacheError
 from ..fileio import (atomic_write, file_defect, file_record, read_json_object, require_free_space,
                       writable_directory, write_json_atomic)
 from ..models import unwrap_model
+from .formats import DEFAULT_FORMAT, FORMATS, MapFormat
 
 __all__ = ["CacheCorruptError", "CacheMismatchError", "ExplanationCache", "MANIFEST", "weights_fingerprint",
            "write_cache"]
@@ -111,45 +114,49 @@ def _require(record: Any, keys: Sequence[str], where: str | Path) -> None:
                          "cache with `rightreasons cache`")
 
 
+def _format_of(manifest: Mapping[str, Any]) -> Any:
+    """The manifest's explanation format (caches written before formats existed are ``float16``)."""
+    return manifest.get("explanation_format", "float16")
+
+
 def _mismatch(found: Mapping[str, Any], expected: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
     return diff_configs({k: found.get(k) for k in keys}, {k: expected.get(k) for k in keys})
 
 
 # ---------------------------------------------------------------------------------------------------------- writing
-def _bytes_per_image(explainer: Explainer, dataset: Any, device: torch.device) -> int:
-    """What one image costs in a shard (float16 map, float32 logits and scale); one image is explained to learn the
-    shapes."""
+def _bytes_per_image(explainer: Explainer, dataset: Any, device: torch.device, storage: MapFormat) -> int:
+    """What one image costs in a shard (its stored map and per-image numbers, float32 logits); the first image is
+    explained and stored to learn it."""
     batch = collate([dataset[0]])
     logits, explanations = explainer(batch["image"].to(device))
-    return explanations[0].numel() * 2 + logits.shape[1] * 4 + 4
+    stored = storage.encode(explanations.detach().float().cpu())
+    return sum(t.numel() * t.element_size() for t in stored.values()) + logits.shape[1] * 4
 
 
-def _explain_rows(explainer: Explainer, dataset: Any, rows: range, batch_size: int,
-                  device: torch.device) -> tuple[Tensor, Tensor, Tensor, list[str]]:
-    """Explain dataset rows ``rows``: float16 normalised maps, float32 scales, float32 logits and the ids."""
+def _explain_rows(explainer: Explainer, dataset: Any, rows: range, batch_size: int, device: torch.device,
+                  storage: MapFormat) -> tuple[dict[str, Tensor], list[int], list[str]]:
+    """Explain dataset rows ``rows``: the shard's tensors (maps stored in ``storage``, float32 ``logits``), the shape
+    of one map and the ids."""
     loader = DataLoader(Subset(dataset, list(rows)), batch_size=batch_size, shuffle=False, collate_fn=collate)
-    maps, scales, logits, ids = [], [], [], []
+    parts: list[dict[str, Tensor]] = []
+    shape, ids = [], []
     for batch in loader:
         out_logits, explanations = explainer(batch["image"].to(device))
         explanations = explanations.detach().float().cpu()
-        scale = explanations.flatten(1).abs().amax(1)
-        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-        maps.append((explanations / safe.view(-1, *[1] * (explanations.dim() - 1))).half())
-        scales.append(scale)
-        logits.append(out_logits.detach().float().cpu())
+        shape = list(explanations.shape[1:])
+        parts.append({**storage.encode(explanations), "logits": out_logits.detach().float().cpu()})
         ids += [str(i) for i in batch["id"]]
-    return torch.cat(maps), torch.cat(scales), torch.cat(logits), ids
+    return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}, shape, ids
 
 
-def _write_shard(root: Path, index: int, rows: range, maps: Tensor, scales: Tensor, logits: Tensor,
+def _write_shard(root: Path, index: int, rows: range, tensors: dict[str, Tensor], shape: list[int],
                  ids: list[str]) -> dict[str, Any]:
     """Write shard ``index`` atomically (:func:`~rightreasons.fileio.atomic_write`), then its record."""
     name = _shard_name(index)
     path = atomic_write(root / f"{name}.safetensors", lambda tmp: save_file(
-        {"explanations": maps.contiguous(), "scales": scales.contiguous(), "logits": logits.contiguous()},
-        str(tmp), metadata={"ids": json.dumps(ids)}))
+        {key: t.contiguous() for key, t in tensors.items()}, str(tmp), metadata={"ids": json.dumps(ids)}))
     record = {"file": path.name, "index": index, "start": rows.start, "stop": rows.stop, **file_record(path),
-              "explanation_shape": list(maps.shape[1:]), "num_classes": logits.shape[1]}
+              "explanation_shape": shape, "num_classes": tensors["logits"].shape[1]}
     write_json_atomic(root / f"{name}.json", record)
     return record
 
@@ -188,7 +195,8 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
                 batch_size: int = 64, shard_size: int | None = None, device: torch.device | str = "cpu",
                 rank: int = 0, world_size: int = 1, barrier: Callable[[], None] = lambda: None,
                 gather: Callable[[Any], list[Any]] = lambda value: [value],
-                target_shard_bytes: int = DEFAULT_SHARD_BYTES, provenance: Mapping[str, Any] | None = None) -> Path:
+                target_shard_bytes: int = DEFAULT_SHARD_BYTES, provenance: Mapping[str, Any] | None = None,
+                explanation_format: str = DEFAULT_FORMAT) -> Path:
     """Explain every image of ``dataset`` once and store logits and explanations in ``out``; returns the manifest.
 
     Args:
@@ -204,6 +212,7 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
             (``barrier`` synchronises them, ``gather(value)`` returns every process's value in rank order); defaults:
             one process.
         provenance: extra information recorded but not compared (teacher checkpoint path, ...).
+        explanation_format: how the maps are stored, one of :data:`~rightreasons.distill.formats.FORMATS`.
 
     Raises:
         CacheMismatchError: ``out`` holds a cache (partial or complete) of another setting, dataset or sharding.
@@ -213,12 +222,17 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
     missing = [k for k in SETTING_KEYS if k not in setting]
     if missing:
         raise ValueError(f"write_cache: setting lacks the sections {missing}")
+    if explanation_format not in FORMATS:
+        raise ValueError(f"write_cache: unknown explanation format {explanation_format!r}; expected one of "
+                         f"{list(FORMATS)}")
+    storage = FORMATS[explanation_format]
     device = torch.device(device)
     ids = [str(i) for i in dataset.ids]
     if not ids:
         raise ValueError("write_cache: the dataset is empty")
     header: dict[str, Any] = {"format": FORMAT, "version": VERSION, **{k: setting[k] for k in SETTING_KEYS},
-                              "num_images": len(ids), "ids_sha256": _ids_digest(ids)}
+                              "explanation_format": explanation_format, "num_images": len(ids),
+                              "ids_sha256": _ids_digest(ids)}
     if world_size > 1:  # before anything is read: every process must see the same files
         token = None
         if rank == 0:
@@ -229,8 +243,8 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
     manifest_path = root / MANIFEST
     existing = read_json_object(manifest_path, "cache manifest", CacheError) if manifest_path.is_file() else None
     if existing is not None:
-        keys = ("format", "version", *SETTING_KEYS, "num_images", "ids_sha256")
-        differing = _mismatch(existing, header, keys)
+        keys = ("format", "version", *SETTING_KEYS, "explanation_format", "num_images", "ids_sha256")
+        differing = _mismatch({**existing, "explanation_format": _format_of(existing)}, header, keys)
         if shard_size is not None and existing.get("shard_size") != shard_size:
             differing.append(f"shard_size: {existing.get('shard_size')!r} != {shard_size!r}")
         if differing:
@@ -239,7 +253,7 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
         if existing.get("complete"):
             return manifest_path
         shard_size = int(existing["shard_size"])
-    per_image = _bytes_per_image(explainer, dataset, device)
+    per_image = _bytes_per_image(explainer, dataset, device, storage)
     if existing is None and shard_size is None:
         shard_size = max(1, target_shard_bytes // per_image)
     if shard_size < 1:
@@ -263,12 +277,12 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
     for done, s in enumerate(mine, 1):
         if not _finished(root, s):
             rows = range(s * shard_size, min(len(ids), (s + 1) * shard_size))
-            maps, scales, logits, shard_ids = _explain_rows(explainer, dataset, rows, batch_size, device)
+            tensors, shape, shard_ids = _explain_rows(explainer, dataset, rows, batch_size, device, storage)
             if shard_ids != ids[rows.start:rows.stop]:
                 raise CacheError(f"{root}: dataset returned ids {shard_ids[:3]}... for rows {rows.start}–"
                                  f"{rows.stop - 1}, expected {ids[rows.start:rows.start + 3]}...")
             try:
-                _write_shard(root, s, rows, maps, scales, logits, shard_ids)
+                _write_shard(root, s, rows, tensors, shape, shard_ids)
             except OSError as e:
                 if e.errno != errno.ENOSPC:
                     raise
@@ -294,15 +308,17 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
 
 # ---------------------------------------------------------------------------------------------------------- reading
 class ExplanationCache(Mapping[str, Tensor]):
-    """A complete cache directory, read lazily: ``cache[id]`` is the float32 explanation ``[C, H, W]`` of sample
-    ``id`` (a memory-mapped read of one row), :meth:`logits` the cached teacher logits of a list of ids.
+    """A complete cache directory, read lazily: ``cache[id]`` is the decoded float32 explanation ``[C, H, W]`` of
+    sample ``id`` at the resolution it was computed at (the base view's; a memory-mapped read of one row, whatever the
+    storage format), :meth:`logits` the cached teacher logits of a list of ids.
 
-    Opening checks format, completeness, every shard's size and (with ``verify=True``) SHA-256, and the ids; use it as
-    the ``explanations`` mapping of :func:`rightreasons.data.train_transform`. It pickles without its open files, so
-    DataLoader workers reopen shards on first use.
+    Opening checks format, completeness, every shard's size and (with ``verify=True``) SHA-256, and the ids; with
+    ``explanation_format``, also that the maps are stored in that format (:class:`CacheMismatchError` naming both).
+    Use it as the ``explanations`` mapping of :func:`rightreasons.data.train_transform`. It pickles without its open
+    files, so DataLoader workers reopen shards on first use.
     """
 
-    def __init__(self, root: str | os.PathLike, verify: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike, verify: bool = True, explanation_format: str | None = None) -> None:
         self.root = Path(root)
         path = self.root / MANIFEST
         if not path.is_file():
@@ -321,6 +337,17 @@ class ExplanationCache(Mapping[str, Tensor]):
             raise CacheError(f"{path}: 'shards' must be a list of shard records")
         for i, record in enumerate(manifest["shards"]):
             _require(record, ("file", "start", "stop", "sha256", "bytes"), f"{path}: shards[{i}]")
+        written = _format_of(manifest)
+        if written not in FORMATS:
+            raise CacheError(f"{path}: unknown explanation_format {written!r} (written by a newer version?); "
+                             f"expected one of {list(FORMATS)}")
+        if explanation_format is not None and explanation_format != written:
+            raise CacheMismatchError(f"{self.root}: the cache stores its explanations as {written!r}, but "
+                                     f"{explanation_format!r} was asked for (distill.cache_format); set "
+                                     f"distill.cache_format={written} or write a {explanation_format} cache")
+        self.explanation_format = written
+        self._storage = FORMATS[written]
+        self._shape = tuple(manifest["explanation_shape"])
         self.manifest = manifest
         self.shards: list[dict[str, Any]] = manifest["shards"]
         ids: list[str] = []
@@ -333,7 +360,8 @@ class ExplanationCache(Mapping[str, Tensor]):
         self._row = {sample_id: (s, r) for s, record in enumerate(self.shards)
                      for r, sample_id in enumerate(ids[record["start"]:record["stop"]])}
         self._logits = torch.cat([self._tensor(s, "logits") for s in range(len(self.shards))])
-        self._scales = torch.cat([self._tensor(s, "scales") for s in range(len(self.shards))])
+        self._per_image = [self._storage.index({name: self._tensor(s, name) for name in self._storage.per_image})
+                           for s in range(len(self.shards))]
         self._handles: dict[int, Any] = {}
 
     # ---- checks
@@ -384,9 +412,7 @@ class ExplanationCache(Mapping[str, Tensor]):
 
     def __getitem__(self, sample_id: str) -> Tensor:
         shard, row = self._row[sample_id]
-        stored = self._open(shard).get_slice("explanations")[row:row + 1][0]
-        start = self.shards[shard]["start"]
-        return stored.float() * self._scales[start + row]
+        return self._storage.decode(self._open(shard), row, self._per_image[shard], self._shape)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.ids)
@@ -409,5 +435,5 @@ class ExplanationCache(Mapping[str, Tensor]):
         return {**self.__dict__, "_handles": {}}
 
     def __repr__(self) -> str:
-        return (f"ExplanationCache({str(self.root)!r}, {len(self)} images, explanations "
+        return (f"ExplanationCache({str(self.root)!r}, {len(self)} images, {self.explanation_format} explanations "
                 f"{self.manifest['explanation_shape']}, teacher {self.manifest['teacher'].get('name')!r})")

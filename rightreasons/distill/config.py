@@ -24,9 +24,11 @@ from ..classification.config import ClassificationConfig
 from ..config import FieldError, expect
 from ..models import checked_arguments
 from .explanations import EXPLANATION_CHOICES
+from .formats import DEFAULT_FORMAT, FORMATS
 from .objective import LogitLossName
 
 ExplanationChoice = Literal[EXPLANATION_CHOICES]  # type: ignore[valid-type]
+CacheFormat = Literal[tuple(FORMATS)]  # type: ignore[valid-type]
 
 __all__ = ["DistillConfig", "DistillSection", "EvalDataConfig", "TeacherConfig"]
 
@@ -101,11 +103,18 @@ class DistillSection:
     also what the evaluation's explanation similarity compares."""
     explanation_layer: str = "final"
     """The layer `explanation` is taken at, unless the method explains the input only."""
+    explanation_every: int = 1
+    """K: the e²KD term on every K-th optimiser step only (steps 0, K, 2K, ...; the logit and other terms every step):
+    the cheap alternative to a cache, since the other steps need neither explanation (1: every step)."""
     frozen: str | None = None
     """A cache directory of teacher logits and explanations (`rightreasons cache`, or `distill --frozen DIR`):
     training then never runs the teacher (it is still loaded for evaluation); null: the live teacher."""
     verify_cache: bool = True
     """Check the SHA-256 of every shard of the `frozen` cache at start."""
+    cache_format: CacheFormat = DEFAULT_FORMAT
+    """How `rightreasons cache` stores the explanations: `float16` (lossless to float16 rounding) or `compact` (8-bit
+    levels per 32×32 tile, deflated; about 30× smaller, `rightreasons.distill.formats`); a cache of another format than
+    asked for is refused."""
     crop_fraction: float = 1.0
     """The base view the `frozen` cache is computed on: the shorter side resized to `data.image_size /
     crop_fraction`, then the centre `data.image_size` square (`rightreasons.data.base_view`); training crops and flips
@@ -129,6 +138,8 @@ class DistillSection:
         expect(self.logit_weight + self.explanation_weight + self.gt_weight + self.at_weight > 0, "explanation_weight",
                self.explanation_weight, "a loss weight > 0 somewhere (every loss weight is 0: nothing to train on)")
         expect(bool(self.explanation_layer.strip()), "explanation_layer", self.explanation_layer, "a layer name")
+        expect(self.explanation_every >= 1, "explanation_every", self.explanation_every,
+               "an integer >= 1 (1 = the e²KD term on every step)")
         expect(self.frozen is None or bool(self.frozen.strip()), "frozen", self.frozen, "a cache directory or null")
         expect(0 < self.crop_fraction <= 1, "crop_fraction", self.crop_fraction, "a fraction in (0, 1]")
         expect(self.shots is None or self.shots >= 1, "shots", self.shots, "an integer >= 1 or null")

@@ -99,16 +99,18 @@ class DistillObjective:
         return tuple(self.at_layers) if self.at_weight > 0 else ()
 
     def __call__(self, student: nn.Module, images: Tensor, teacher: TeacherOutputs,
-                 labels: Tensor | None = None) -> DistillOutput:
+                 labels: Tensor | None = None, explain: bool = True) -> DistillOutput:
         """The objective of ``student`` on ``images [N, C, H, W]`` (its own encoding) given the teacher's outputs
-        on the same images; ``labels [N, K]`` feed the ground-truth term."""
-        if self.needs_teacher_explanations and teacher.explanations is None:
+        on the same images; ``labels [N, K]`` feed the ground-truth term. ``explain=False`` leaves the e²KD term out
+        of this step (``distill.explanation_every``): a plain student forward, no teacher explanations needed."""
+        explain = explain and self.needs_teacher_explanations
+        if explain and teacher.explanations is None:
             raise ValueError("the e²KD term needs the teacher's explanations, but TeacherOutputs.explanations is None")
         if self.at_weight > 0 and len(teacher.features) != len(self.at_layers):
             raise ValueError(f"attention transfer needs teacher features of {list(self.at_layers)}, got "
                              f"{len(teacher.features)}")
         with capture_outputs(student, self.at_layers if self.at_weight > 0 else ()) as features:
-            if self.needs_teacher_explanations:
+            if explain:
                 result = attribute(student, images, teacher.target, self.method, self.layer, create_graph=True)
                 logits, explanations = result.logits, result.explanation
             else:

@@ -43,6 +43,8 @@ class DistillationRun:
             paper's B-cos Waterbirds grid {1, 5, 10}) or ``e2kd_frozen`` (explanations cached once in ``cache_dir``,
             default ``output_dir/../teacher-cache``, then reused: share one ``cache_dir`` across seeds and it is
             written once).
+        cache_format: how that cache stores the explanations (``float16`` or ``compact``,
+            :mod:`rightreasons.distill.formats`); give each format a ``cache_dir`` of its own.
         output_dir: the run's directory (checkpoints, ``metrics.jsonl``, ``model.safetensors``, ``summary.json``).
         student, student_kwargs: the student's registry name and constructor arguments.
         data, data_root, data_options: the distillation data (``data.options``, e.g. ``{"n": 500, "size": 64}`` for
@@ -73,6 +75,7 @@ class DistillationRun:
     explanation_weight: float = 5.0
     seed: int = 0
     cache_dir: str | None = None
+    cache_format: str = DistillSection.cache_format
     test_split: str | None = "test"
     shots: int | None = None
     localization: bool = True
@@ -106,7 +109,8 @@ class DistillationRun:
             checkpoint=CheckpointConfig(keep_last=1),
             distill=construct(DistillSection, temperature=self.temperature,
                               explanation_weight=0.0 if self.mode == "kd" else self.explanation_weight,
-                              frozen=None if self.cache is None else str(self.cache), shots=self.shots,
+                              frozen=None if self.cache is None else str(self.cache),
+                              cache_format=self.cache_format, shots=self.shots,
                               eval_data=self.eval_data, test_split=self.test_split, key="distill")))
 
 

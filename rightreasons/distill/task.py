@@ -85,7 +85,8 @@ class DistillationTask(ClassificationTask):
         settings = self.config.distill
         self.method = resolve_explanation(settings.explanation, self.teacher_caps.bcos, capabilities(student).bcos)
         if settings.frozen is not None:
-            self.cache = ExplanationCache(settings.frozen, verify=settings.verify_cache)
+            self.cache = ExplanationCache(settings.frozen, verify=settings.verify_cache,
+                                          explanation_format=settings.cache_format)
             self.cache.check_setting(cache_setting(self.config, self.teacher, self.method))
             self.cache.check_ids(train_set.ids)
         if settings.gt_weight > 0 and train_set.num_classes != teacher_classes(self.teacher):
@@ -121,19 +122,29 @@ class DistillationTask(ClassificationTask):
             classification=self.classification_loss)
 
     # ------------------------------------------------------------------ training
-    def teacher_outputs_for(self, batch: dict[str, Any]) -> TeacherOutputs:
-        """The teacher's logits (and explanations, attention features) for a batch: cached or computed now."""
+    def explains_at(self, step: Step) -> bool:
+        """Whether the e²KD term is part of this step: its weight is > 0 and the step is a multiple of
+        ``distill.explanation_every``."""
+        return self.objective.needs_teacher_explanations and step.index % self.config.distill.explanation_every == 0
+
+    def teacher_outputs_for(self, batch: dict[str, Any], explain: bool = True) -> TeacherOutputs:
+        """The teacher's logits (and explanations when ``explain`` and the e²KD term is on, attention features) for
+        a batch: cached or computed now."""
         objective = self.objective
+        explain = explain and objective.needs_teacher_explanations
         if self.cache is not None:
             logits = self.cache.logits(batch["id"]).to(batch["image"].device)
-            return TeacherOutputs(logits, batch["explanation"] if objective.needs_teacher_explanations else None)
-        method = self.method if objective.needs_teacher_explanations else "none"
+            return TeacherOutputs(logits, batch["explanation"] if explain else None)
+        method = self.method if explain else "none"
         images = reencode(batch["image"], self.encoding, self.teacher_caps.encoding)
         return teacher_outputs(self.teacher, images, method, objective.layer, objective.teacher_at_layers)
 
     def losses(self, model: nn.Module, batch: dict[str, Any], step: Step) -> tuple[dict[str, Tensor], Tensor]:
-        """KD (+ e²KD, ground truth, AT) terms and their weighted total for one batch."""
-        out = self.objective(model, batch["image"], self.teacher_outputs_for(batch), batch["labels"])
+        """KD (+ e²KD on the steps of :meth:`explains_at`, ground truth, AT) terms and their weighted total for one
+        batch."""
+        explain = self.explains_at(step)
+        out = self.objective(model, batch["image"], self.teacher_outputs_for(batch, explain), batch["labels"],
+                             explain=explain)
         return out.terms, out.total
 
     # ------------------------------------------------------------------ evaluation

@@ -107,4 +107,5 @@ def _write_teacher_cache(config: DistillConfig, out: str | Path, state: PartialS
                        device=state.device, rank=state.process_index, world_size=state.num_processes,
                        barrier=state.wait_for_everyone, gather=lambda value: gather_object([value]),
                        provenance={"teacher_checkpoint": config.teacher.checkpoint, "shots": config.distill.shots,
-                                   "shots_seed": config.distill.shots_seed})
+                                   "shots_seed": config.distill.shots_seed},
+                       explanation_format=config.distill.cache_format)

@@ -37,11 +37,14 @@ class Step:
             class guidance explains).
         world_size: number of processes; DDP averages gradients over them.
         sum_across_processes: ``tensor -> its sum over all processes`` (identity on one process).
+        index: the optimiser steps done before this batch (0-based; the micro-batches of one accumulated step share
+            it), e.g. for a loss term computed only every K steps.
     """
 
     generator: torch.Generator
     world_size: int
     sum_across_processes: Callable[[Tensor], Tensor]
+    index: int = 0
 
 
 class Hook:

@@ -34,6 +34,7 @@ def compare_step_times(tasks: Mapping[str, Task], steps: int = 10, warmup: int =
             batch = next(batches[name])
             loaded = time.perf_counter()
             trainer.train_step(batch)
+            trainer.position.step += 1  # as the training loop counts: step-dependent terms follow their schedule
             _synchronize(trainer.accelerator.device)
             if i >= warmup:
                 loading[name] += loaded - start

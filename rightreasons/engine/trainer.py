@@ -386,7 +386,7 @@ class Trainer:
         rank = self.accelerator.process_index
         seed = mix_seed(self.config.seed, self.position.step, self.position.batch, rank)
         return Step(generator=torch.Generator().manual_seed(seed), world_size=self.accelerator.num_processes,
-                    sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"))
+                    sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"), index=self.position.step)
 
     def _finite_everywhere(self, tensors: Iterable[Tensor]) -> bool:
         """Whether every tensor is finite on every process (one reduction, so all processes agree)."""

@@ -2,14 +2,18 @@
 mismatched, incomplete and corrupt caches, and joint augmentation of images and cached explanations."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 
+from rightreasons.config import ConfigError, load_config
 from rightreasons.data import eval_transform, load_dataset, train_transform
-from rightreasons.distill import (CacheCorruptError, CacheMismatchError, ExplanationCache, weights_fingerprint,
-                                  write_cache)
+from rightreasons.distill import (CacheCorruptError, CacheMismatchError, DistillConfig, ExplanationCache,
+                                  weights_fingerprint, write_cache)
+from rightreasons.distill.formats import COMPACT_COSINE, FORMATS, TILE
 from rightreasons.engine.data import SeededTransform
 from rightreasons.errors import CacheError
 
@@ -135,8 +139,9 @@ def augmented(cache, **options):
     return load_dataset("synthetic-birds", None, "train", n=10, size=SIZE, transform=transform)
 
 
-def test_flipped_image_gets_the_flipped_explanation_pixel_exact(tmp_path):
-    write_cache(FakeTeacher(), dataset(), tmp_path, SETTING, shard_size=4)
+@pytest.mark.parametrize("explanation_format", ["float16", "compact"])
+def test_flipped_image_gets_the_flipped_explanation_pixel_exact(tmp_path, explanation_format):
+    write_cache(FakeTeacher(), dataset(), tmp_path, SETTING, shard_size=4, explanation_format=explanation_format)
     cache = ExplanationCache(tmp_path)
     plain = dataset()
     flipped = augmented(cache, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=1.0)
@@ -165,3 +170,81 @@ def test_open_errors_name_the_problem(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "other"}))
     with pytest.raises(CacheError, match="not a rightreasons-explanation-cache manifest"):
         ExplanationCache(tmp_path)
+
+
+def cosine(a, b):
+    return torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0).item()
+
+
+def test_compact_format_keeps_the_promised_cosine_and_is_smaller(tmp_path):
+    class SparseTeacher(FakeTeacher):
+        """Explanations that are 0 except in a few pixels (as B-cos W(x)), some all zero."""
+
+        def __call__(self, images):
+            logits, explanations = super().__call__(images)
+            return logits, explanations * (images[:, :1] > 0.6) * (images[:, :1].mean((2, 3), keepdim=True) > 0.2)
+
+    write_cache(SparseTeacher(), dataset(), tmp_path / "f16", SETTING, shard_size=4)
+    write_cache(SparseTeacher(), dataset(), tmp_path / "compact", SETTING, shard_size=4, explanation_format="compact")
+    exact, f16 = SparseTeacher()(torch.stack([s["image"] for s in dataset()]))[1], ExplanationCache(tmp_path / "f16")
+    compact = ExplanationCache(tmp_path / "compact")
+    assert compact.explanation_format == compact.manifest["explanation_format"] == "compact"
+    assert f16.manifest["explanation_format"] == "float16"
+    torch.testing.assert_close(compact.logits(compact.ids), f16.logits(f16.ids), rtol=0, atol=0)
+    for i, sample_id in enumerate(compact.ids):
+        value = compact[sample_id]
+        assert value.dtype == torch.float32 and value.shape == (6, SIZE, SIZE)
+        if not exact[i].any():
+            assert not value.any()
+            continue
+        assert cosine(value, exact[i]) >= COMPACT_COSINE
+    assert 5 <= sum(bool(e.any()) for e in exact) < len(exact)
+    size = lambda root: sum(p.stat().st_size for p in root.glob("*.safetensors"))  # noqa: E731
+    assert size(tmp_path / "compact") < size(tmp_path / "f16") / 3
+
+
+def test_compact_keeps_the_cosine_in_every_tile_so_that_crops_stay_faithful(tmp_path):
+    # a sparse map [6, 70, 50] (not whole tiles) with loud, quiet and silent tiles: each tile keeps the cosine
+    gen = torch.Generator().manual_seed(0)
+    maps = torch.randn(2, 6, 70, 50, generator=gen) * (torch.rand(2, 6, 70, 50, generator=gen) < 0.05)
+    maps[:, :, :32, :32] *= 1e4
+    maps[0, :, 32:64, :32] = 0
+    save_file(FORMATS["compact"].encode(maps), str(tmp_path / "shard.safetensors"))
+    storage = FORMATS["compact"]
+    with safe_open(str(tmp_path / "shard.safetensors"), framework="pt") as f:
+        per_image = storage.index({name: f.get_tensor(name) for name in storage.per_image})
+        decoded = [storage.decode(f, row, per_image, (6, 70, 50)) for row in range(2)]
+    for value, exact in zip(decoded, maps):
+        assert value.shape == (6, 70, 50) and value.dtype == torch.float32
+        for top in range(0, 70, TILE):
+            for left in range(0, 50, TILE):
+                tile, original = (m[:, top:top + TILE, left:left + TILE] for m in (value, exact))
+                if original.any():
+                    assert cosine(tile, original) >= COMPACT_COSINE, (top, left)
+                else:
+                    assert not tile.any()
+
+
+def test_cache_read_or_resumed_as_another_format_is_refused(tmp_path):
+    write_cache(FakeTeacher(), dataset(), tmp_path, SETTING, shard_size=4, explanation_format="compact")
+    with pytest.raises(CacheMismatchError, match="stores its explanations as 'compact', but 'float16' was asked for"):
+        ExplanationCache(tmp_path, explanation_format="float16")
+    assert len(ExplanationCache(tmp_path, explanation_format="compact")) == 10
+    with pytest.raises(CacheMismatchError, match="explanation_format: 'compact' != 'float16'"):
+        write_cache(FakeTeacher(), dataset(), tmp_path, SETTING)
+
+
+def test_a_cache_written_before_formats_existed_reads_as_float16(tmp_path):
+    write_cache(FakeTeacher(), dataset(), tmp_path, SETTING, shard_size=4)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    del manifest["explanation_format"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert ExplanationCache(tmp_path, explanation_format="float16").explanation_format == "float16"
+    with pytest.raises(CacheMismatchError, match="as 'float16', but 'compact'"):
+        ExplanationCache(tmp_path, explanation_format="compact")
+
+
+def test_an_unknown_cache_format_is_a_config_error(tmp_path):
+    config = Path(__file__).resolve().parents[2] / "configs" / "distill" / "synthetic.yaml"
+    with pytest.raises(ConfigError, match="cache_format"):
+        load_config(DistillConfig, config, [f"output_dir={tmp_path}", "distill.cache_format=float8"])

@@ -9,7 +9,6 @@ import struct
 import time
 import tracemalloc
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
