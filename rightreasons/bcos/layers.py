@@ -18,6 +18,7 @@ added after the transform. At ``B = 1`` both compute the pretrained layer ``wᵀ
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Literal
 
 import torch
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..choices import WEIGHT_MODES
-from .dynamic import DynamicLinear
+from .dynamic import DynamicLinear, Recomputed
 from .norms import _affine  # ``g · out + b`` per channel: the norms' affine step, here a unit's gain and bias
 
 __all__ = ["BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "LogitLayer", "WEIGHT_MODES", "WeightMode",
@@ -48,6 +49,12 @@ def _alignment_scale(out: Tensor, norm: Tensor, b: float) -> Tensor:
     if b == 2:
         return out.abs() / norm
     return ((out / norm).abs() + 1e-6).pow(b - 1)
+
+
+def _alignment(out: Tensor, norm: Tensor, b: float) -> Recomputed:
+    """``|cos|^(B-1)`` as a dynamic weight recomputed in the backward from the unit's linear output and its norm map,
+    the two tensors a unit stores (besides its input, for the weight gradient)."""
+    return Recomputed(partial(_alignment_scale, b=b), (out, norm))
 
 
 def _max_out(out: Tensor, units: int, max_out: int, dim: int) -> Tensor:
@@ -129,10 +136,9 @@ class BcosConv2d(DynamicLinear):
             return out
         norm = self.patch_norms(x)
         if self.groups == 1:
-            return self.dynamic(_alignment_scale(out, norm, self.b), out)
+            return self.dynamic(_alignment(out, norm, self.b), out)
         grouped = out.unflatten(1, (self.groups, -1))
-        scale = _alignment_scale(grouped, norm.unsqueeze(2), self.b)
-        return self.dynamic(scale, grouped).flatten(1, 2)
+        return self.dynamic(_alignment(grouped, norm.unsqueeze(2), self.b), grouped).flatten(1, 2)
 
     def extra_repr(self) -> str:
         return f"B={self.b}" + (f", max_out={self.max_out}" if self.max_out > 1 else "")
@@ -168,7 +174,7 @@ class BcosLinear(DynamicLinear):
         if self.b == 1:
             return out
         norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True) + 1e-12
-        return self.dynamic(_alignment_scale(out, norm, self.b), out)
+        return self.dynamic(_alignment(out, norm, self.b), out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, B={self.b}" + (
