@@ -20,7 +20,8 @@ the function behaves like an ordinary product.
 **Memory.** A product stores only the tensors it is computed from, never its intermediates: a dynamic weight given as
 :class:`Recomputed` (``|cos|^(B-1)`` from a unit's linear output and its one-channel patch-norm map, a GELU gate from
 its input) is recomputed in the backward, and a product may take the linear steps around it (a norm's centring and
-affine map) as ``extras``, so that they store nothing either. Its backward is itself such a function
+affine map) as ``extras``, so that they store nothing either; a B-cos unit's convolution recomputes its normalised
+weight in the backward too. Its backward is itself such a function
 (:class:`_DynamicVjp`): in an explanation's backward with ``create_graph=True`` it stores the incoming gradient and
 the product's inputs, and the second backward recomputes what it needs. Gradients are those of the same operations
 taken by autograd, so they are exact to every order; a B-cos network holds about as much for its backward as a
@@ -65,23 +66,41 @@ class Recomputed(NamedTuple):
     inputs: tuple[Tensor, ...]
 
 
-def _product(weight: Tensor, x: Tensor, product: Product) -> Tensor:
-    if product == "mul":
-        return weight * x
-    if product == "div":
-        return x / weight
-    return weight @ x
+def _reduce_to(grad: Tensor, shape: torch.Size) -> Tensor:
+    """Sum a broadcast gradient back to ``shape`` (the inverse of broadcasting in a product)."""
+    return grad if grad.shape == shape else grad.sum_to_size(shape)
 
 
-_PRODUCTS: dict[str, ProductFn] = {name: lambda w, x, name=name: _product(w, x, name) for name in ("mul", "div",
-                                                                                                  "matmul")}
+@dataclass(frozen=True)
+class _Elementary:
+    """``weight * x``, ``x / weight`` or ``weight @ x`` with closed-form gradients (no recomputation)."""
+
+    name: Product
+
+    def __call__(self, weight: Tensor, x: Tensor) -> Tensor:
+        if self.name == "mul":
+            return weight * x
+        if self.name == "div":
+            return x / weight
+        return weight @ x
+
+    def vjp(self, tensors: Sequence[Tensor], grad: Tensor, wrt: Sequence[bool]) -> tuple[Tensor, ...]:
+        """Gradients to ``x`` and ``weight`` (those marked ``wrt``) from differentiable operations."""
+        x, weight = tensors
+        if self.name == "mul":
+            grads = (lambda: grad * weight, lambda: grad * x)
+        elif self.name == "div":
+            grads = (lambda: grad / weight, lambda: -grad * x / (weight * weight))
+        else:
+            grads = (lambda: weight.transpose(-1, -2) @ grad, lambda: grad @ x.transpose(-1, -2))
+        return tuple(_reduce_to(fn(), t.shape) for fn, t, need in zip(grads, tensors, wrt) if need)
 
 
 @dataclass(frozen=True)
 class _Spec:
     """How a product is computed from its tensors ``(x, *weight_inputs, *extras)``."""
 
-    weight: Callable[..., Tensor] | None  # None: the one weight input is the weight itself
+    weight: Callable[..., Tensor] | None  # None: the one weight input (if any) is the weight itself
     product: ProductFn
     weight_inputs: int
 
@@ -90,7 +109,7 @@ class _Spec:
 
     def evaluate(self, tensors: Sequence[Tensor | None]) -> Tensor:
         x, inputs, extras = tensors[0], tensors[1:1 + self.weight_inputs], tensors[1 + self.weight_inputs:]
-        weight = inputs[0] if self.weight is None else self.weight(*inputs)
+        weight = (inputs[0] if inputs else None) if self.weight is None else self.weight(*inputs)
         return self.product(weight, x, *extras)
 
 
@@ -107,12 +126,17 @@ def _leaf(t: Tensor | None, requires_grad: bool, connected: bool) -> Tensor | No
 def _vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, wrt: Sequence[bool],
          connected: bool) -> tuple[Tensor | None, ...]:
     """The gradients of ``spec.evaluate(tensors)`` under ``grad`` to the tensors marked ``wrt``, by recomputing the
-    product; differentiable (in ``grad`` and every tensor) when ``connected``."""
+    product (or by the product's own ``vjp(tensors, grad, wrt)``, made of differentiable operations, where it has
+    one and the weight is given, not recomputed); differentiable (in ``grad`` and every tensor) when ``connected``."""
+    if not any(wrt):
+        return ()
+    explicit = getattr(spec.product, "vjp", None) if spec.weight is None else None
     with torch.enable_grad():
         slots = [_leaf(t, need, connected) for t, need in zip(tensors, wrt)]
+        if explicit is not None:
+            with torch.set_grad_enabled(connected):
+                return explicit(slots, grad, wrt)
         wanted = [s for s, need in zip(slots, wrt) if need]
-        if not wanted:
-            return ()
         return torch.autograd.grad(spec.evaluate(slots), wanted, grad, create_graph=connected, allow_unused=True)
 
 
@@ -165,19 +189,23 @@ class _DynamicVjp(torch.autograd.Function):
 
 
 @torch.compiler.disable  # the switch must be read at backward time, not baked in when compiling (module docstring)
-def dynamic_apply(weight: Tensor | Recomputed, x: Tensor, switch: ExplanationSwitch,
+def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: ExplanationSwitch,
                   product: Product | ProductFn = "mul", extras: Sequence[Tensor | None] = ()) -> Tensor:
     """Apply a dynamic weight to ``x``: ``weight * x`` (broadcasting), ``x / weight`` (a norm's std), ``weight @ x``,
     or ``product(weight, x, *extras)`` for a callable linear in ``x`` (``extras``: tensors of the linear steps around
     the product, e.g. a norm's mean and affine parameters; ``None`` entries allowed).
 
-    ``weight`` is a tensor or :class:`Recomputed` (recomputed in the backward rather than stored). Forward values equal
-    the plain computation. While ``switch.active`` the backward treats the weight as a constant (the explanation), but
-    keeps it differentiable for a second backward.
+    ``weight`` is a tensor, :class:`Recomputed` (recomputed in the backward rather than stored) or ``None`` (a linear
+    map of ``x`` and ``extras`` alone that should store only them, e.g. a B-cos unit's convolution with its normalised
+    weight). A callable ``product`` may have a ``vjp(tensors, grad, wrt)`` method, used when the weight is not
+    :class:`Recomputed`: the gradients of the product to those of ``tensors`` (``x``, the weight if any, ``extras``)
+    marked ``wrt``, from differentiable operations (so that an expensive product is not recomputed). Forward values
+    equal the plain computation. While ``switch.active`` the backward treats the weight as a constant (the
+    explanation), but keeps it differentiable for a second backward.
     """
     recomputed = isinstance(weight, Recomputed)
-    inputs = weight.inputs if recomputed else (weight,)
-    spec = _Spec(weight.fn if recomputed else None, _PRODUCTS[product] if isinstance(product, str) else product,
+    inputs = weight.inputs if recomputed else () if weight is None else (weight,)
+    spec = _Spec(weight.fn if recomputed else None, _Elementary(product) if isinstance(product, str) else product,
                  len(inputs))
     tensors = (x, *inputs, *extras)
     if not any(t is not None and t.requires_grad for t in tensors):
@@ -192,7 +220,7 @@ class DynamicLinear(nn.Module):
         super().__init__()
         self.explanation_switch = ExplanationSwitch()
 
-    def dynamic(self, weight: Tensor | Recomputed, x: Tensor, product: Product | ProductFn = "mul",
+    def dynamic(self, weight: Tensor | Recomputed | None, x: Tensor, product: Product | ProductFn = "mul",
                 extras: Sequence[Tensor | None] = ()) -> Tensor:
         """Apply this module's dynamic ``weight`` to ``x`` through the shared mechanism (:func:`dynamic_apply`)."""
         return dynamic_apply(weight, x, self.explanation_switch, product, extras)

@@ -123,7 +123,7 @@ def test_a_bcos_unit_and_its_norm_hold_their_input_linear_output_and_norm_map():
     norm = norms.BatchNormUncentered2d(8)
     x = torch.randn(2, 4, 16, 16, requires_grad=True)
     activation = 2 * 8 * 16 * 16 * 4  # bytes of one [2, 8, 16, 16] float tensor
-    weights = 2 * unit.linear.weight.numel() * 4 + 8 * 4 * 4  # w and ŵ; the norm's gain, std, var, batch var
+    weights = unit.linear.weight.numel() * 4 + 8 * 4 * 4  # w (not ŵ); the norm's gain, std, var, batch var
     norm_map = 2 * 1 * 16 * 16 * 4 * 2  # the map and the pooled squares it is computed from
     held = held_for_backward(lambda: norm(unit(x)).sum())
     assert held <= x.numel() * 4 + 2 * activation + norm_map + weights

@@ -297,13 +297,16 @@ def test_bcosified_model_explanation_gradient_matches_finite_differences(name, t
 
 # --------------------------------------------------------------------------------------------------------- controls
 
-def _detaching_dynamic(self: DynamicLinear, weight: Tensor | Recomputed, x: Tensor, product="mul", extras=()) -> Tensor:
+def _detaching_dynamic(self: DynamicLinear, weight: Tensor | Recomputed | None, x: Tensor, product="mul",
+                       extras=()) -> Tensor:
     """The reference library's mechanism: detach the dynamic weight in the forward pass while explaining.
 
     The reference library explains with the model switched into explanation mode for the forward pass as well;
     ``explain`` runs its forward pass outside explanation mode (only the input gradient is taken inside), so the
     emulation detaches in every forward pass, like the reference package control below."""
-    weight = (weight.fn(*weight.inputs) if isinstance(weight, Recomputed) else weight).detach()
+    if isinstance(weight, Recomputed):
+        weight = weight.fn(*weight.inputs)
+    weight = None if weight is None else weight.detach()
     if callable(product):
         return product(weight, x, *extras)
     return {"mul": lambda: weight * x, "div": lambda: x / weight, "matmul": lambda: weight @ x}[product]()
