@@ -140,6 +140,17 @@ def _vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, wrt: Seque
         return torch.autograd.grad(spec.evaluate(slots), wanted, grad, create_graph=connected, allow_unused=True)
 
 
+def _autocast_state(t: Tensor) -> tuple[str, torch.dtype, bool]:
+    """The autocast setting in force for ``t``'s device (a backward runs outside the forward's autocast block)."""
+    device = t.device.type
+    return device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device)
+
+
+def _autocast(state: tuple[str, torch.dtype, bool]) -> torch.autocast:
+    device, dtype, enabled = state
+    return torch.autocast(device, dtype, enabled=enabled)
+
+
 class _DynamicProduct(torch.autograd.Function):
     """``spec.evaluate(tensors)`` whose backward gives no gradient to the weight inputs while its switch is active."""
 
@@ -148,6 +159,7 @@ class _DynamicProduct(torch.autograd.Function):
         ctx.save_for_backward(*tensors)
         ctx.spec = spec
         ctx.switch = switch
+        ctx.autocast = _autocast_state(tensors[0])
         return spec.evaluate(tensors)
 
     @staticmethod
@@ -155,7 +167,8 @@ class _DynamicProduct(torch.autograd.Function):
         spec, explaining = ctx.spec, ctx.switch.active
         wrt = tuple(need and not (explaining and spec.is_weight_input(i))
                     for i, need in enumerate(ctx.needs_input_grad[2:]))
-        grads = iter(_DynamicVjp.apply(spec, wrt, grad, *ctx.saved_tensors))
+        with _autocast(ctx.autocast):  # recompute in the forward's precision
+            grads = iter(_DynamicVjp.apply(spec, wrt, grad, *ctx.saved_tensors))
         return None, None, *(next(grads) if need else None for need in wrt)
 
 
@@ -167,7 +180,7 @@ class _DynamicVjp(torch.autograd.Function):
     def forward(ctx, spec: _Spec, wrt: tuple[bool, ...], grad: Tensor,  # noqa: D102
                 *tensors: Tensor | None) -> tuple[Tensor, ...]:
         ctx.save_for_backward(grad, *tensors)
-        ctx.spec, ctx.wrt = spec, wrt
+        ctx.spec, ctx.wrt, ctx.autocast = spec, wrt, _autocast_state(grad)
         ctx.set_materialize_grads(False)
         wanted = [t for t, need in zip(tensors, wrt) if need]
         grads = _vjp(spec, tensors, grad, wrt, connected=False)
@@ -178,7 +191,7 @@ class _DynamicVjp(torch.autograd.Function):
         grad, *tensors = ctx.saved_tensors
         needs = ctx.needs_input_grad[2:]
         connected = torch.is_grad_enabled()  # a third order: keep this backward differentiable too
-        with torch.enable_grad():
+        with torch.enable_grad(), _autocast(ctx.autocast):
             slots = [_leaf(t, t is not None and t.is_floating_point(), connected) for t in (grad, *tensors)]
             firsts = _vjp(ctx.spec, slots[1:], slots[0], ctx.wrt, connected=True)
             pairs = [(f, g) for f, g in zip(firsts, grad_grads) if f is not None and g is not None]

@@ -82,13 +82,15 @@ class _NormalizedLinear:
         dims = tuple(range(1, w.dim()))
         norm = torch.linalg.vector_norm(w, dim=dims, keepdim=True)
         w_hat = w / norm
+        x_, w_hat_ = x.to(grad.dtype), w_hat.to(grad.dtype)  # the forward's precision (e.g. under autocast)
         if self.conv is None:
-            grad_x = grad @ w_hat if wrt[0] else None
-            grad_w_hat = grad.reshape(-1, grad.shape[-1]).T @ x.reshape(-1, x.shape[-1]) if wrt[1] else None
+            grad_x = grad @ w_hat_ if wrt[0] else None
+            grad_w_hat = grad.reshape(-1, grad.shape[-1]).T @ x_.reshape(-1, x.shape[-1]) if wrt[1] else None
         else:
             stride, padding, dilation, groups = self.conv
             grad_x, grad_w_hat, _ = torch.ops.aten.convolution_backward(
-                grad, x, w_hat, None, stride, padding, dilation, False, (0, 0), groups, (wrt[0], wrt[1], False))
+                grad, x_, w_hat_, None, stride, padding, dilation, False, (0, 0), groups, (wrt[0], wrt[1], False))
+        grad_w_hat = None if grad_w_hat is None else grad_w_hat.to(w.dtype)
         grads = (grad_x,) if wrt[0] else ()
         if wrt[1]:  # through ŵ = w / ‖w‖
             grads += ((grad_w_hat - w_hat * (w_hat * grad_w_hat).sum(dims, keepdim=True)) / norm,)

@@ -135,3 +135,20 @@ def test_a_bcos_unit_and_its_norm_hold_their_input_linear_output_and_norm_map():
 
     # + the output (saved by the square) and the gradients into the norm, the B-cos product and the conv
     assert held_for_backward(explanation) <= held + 4 * activation + 64  # (and scalars)
+
+
+def test_backward_under_bf16_autocast_recomputes_in_the_forwards_precision():
+    """Under autocast the backward (which runs outside the autocast block) recomputes in bf16 as the forward did:
+    it runs, and its gradients are those of the same formula differentiated by autograd."""
+    torch.manual_seed(0)
+    unit = BcosConv2d(4, 8, kernel_size=3, padding=1)
+    x = torch.randn(2, 4, 8, 8, requires_grad=True)
+    with torch.autocast("cpu", torch.bfloat16):
+        ours = unit(x)
+        out = torch.nn.functional.conv2d(x, unit.normalized_weight(), None, 1, 1)
+        reference = out * (out.abs() / unit.patch_norms(x))
+    assert torch.equal(ours, reference)
+    grads = [torch.autograd.grad(y.float().square().sum(), (x, unit.linear.weight)) for y in (ours, reference)]
+    for a, b in zip(*grads):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=1e-2)
