@@ -41,6 +41,7 @@ from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.autograd import grad as _autograd_grad  # bound once: the recomputation is no user-level backward
 
 __all__ = ["DynamicLinear", "ExplanationSwitch", "Recomputed", "dynamic_apply", "explanation_mode", "is_explaining"]
 
@@ -137,7 +138,7 @@ def _vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, wrt: Seque
             with torch.set_grad_enabled(connected):
                 return explicit(slots, grad, wrt)
         wanted = [s for s, need in zip(slots, wrt) if need]
-        return torch.autograd.grad(spec.evaluate(slots), wanted, grad, create_graph=connected, allow_unused=True)
+        return _autograd_grad(spec.evaluate(slots), wanted, grad, create_graph=connected, allow_unused=True)
 
 
 def _autocast_state(t: Tensor) -> tuple[str, torch.dtype, bool]:
@@ -196,7 +197,7 @@ class _DynamicVjp(torch.autograd.Function):
             firsts = _vjp(ctx.spec, slots[1:], slots[0], ctx.wrt, connected=True)
             pairs = [(f, g) for f, g in zip(firsts, grad_grads) if f is not None and g is not None]
             wanted = [s for s, need in zip(slots, needs) if need]
-            result = iter(torch.autograd.grad([f for f, _ in pairs], wanted, [g for _, g in pairs],
+            result = iter(_autograd_grad([f for f, _ in pairs], wanted, [g for _, g in pairs],
                                               create_graph=connected, allow_unused=True) if pairs and wanted else ())
         return None, None, *(next(result, None) if need else None for need in needs)
 
