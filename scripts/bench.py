@@ -547,9 +547,9 @@ GPU_MODES = ("eager", "compiled", "bf16")
 
 
 def _gpu_steps(bcos: nn.Module, teacher: nn.Module, x: Tensor, labels: Tensor, boxes: list[Tensor],
-               box_labels: list[Tensor]) -> dict[str, Callable[[], Tensor]]:
-    """The B-cos losses of ``gpu-throughput``: plain, guided at the input and at the final layer, e²KD with the
-    teacher's explanations computed live and frozen (computed once, as a cache would hold them)."""
+               box_labels: list[Tensor], layers: tuple[str, ...]) -> dict[str, Callable[[], Tensor]]:
+    """The B-cos losses of ``gpu-throughput``: plain, guided at ``layers``, e²KD with the teacher's explanations
+    computed live and frozen (computed once, as a cache would hold them)."""
     from rightreasons.distill.explanations import teacher_outputs
     from rightreasons.distill.objective import DistillObjective
 
@@ -563,10 +563,9 @@ def _gpu_steps(bcos: nn.Module, teacher: nn.Module, x: Tensor, labels: Tensor, b
             return objective(bcos, x, outputs).total
         return loss
 
-    return {"B-cos plain": plain_loss(bcos, x, labels),
-            "guided at input": guided_loss(bcos, "input", x, labels, boxes, box_labels),
-            "guided at final": guided_loss(bcos, "final", x, labels, boxes, box_labels),
-            "e2kd live": e2kd(True), "e2kd frozen": e2kd(False)}
+    return {"B-cos plain": plain_loss(bcos, x, labels)} | {
+        f"guided at {layer}": guided_loss(bcos, layer, x, labels, boxes, box_labels) for layer in layers} | {
+        "e2kd live": e2kd(True), "e2kd frozen": e2kd(False)}
 
 
 def _peak_memory(settings: Settings, loss: Callable[[], Tensor]) -> float:
@@ -604,7 +603,8 @@ def gpu_throughput(settings: Settings) -> list[Row]:
                 if mode == "compiled":
                     bcos, teacher, standard = (torch.compile(m) for m in (bcos, teacher, standard))
                 losses = {"standard": plain_loss(standard, x[:, :3], labels)}
-                losses |= _gpu_steps(bcos, teacher, x, labels, boxes, box_labels)
+                layers = ("input",) if "vit" in bcos_name else ("input", "final")  # a ViT explains at its input
+                losses |= _gpu_steps(bcos, teacher, x, labels, boxes, box_labels, layers)
                 autocast = torch.autocast(settings.device.type, torch.bfloat16, enabled=mode == "bf16")
                 with autocast:
                     times = alternate({name: step(loss) for name, loss in losses.items()}, settings, repeats, warmup)
