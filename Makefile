@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench docs clean
+.PHONY: install test demo bench bench-gpu docs clean
 
 install: $(STAMP)
 
@@ -22,6 +22,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py
+
+bench-gpu: $(STAMP)
+	$(PY) scripts/bench.py --device cuda --only gpu-throughput
 
 docs: $(STAMP)
 	$(PY) -m rightreasons.apps.config_reference docs/config.md

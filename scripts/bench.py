@@ -20,6 +20,7 @@ import platform
 import statistics
 import sys
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -49,15 +50,17 @@ class Settings:
 
 @dataclass
 class Row:
-    """One line of the result table. ``ratio`` compares ours with the reference as ``target`` states."""
+    """One line of the result table: ours and the reference in ``unit`` (seconds or MiB); ``ratio`` compares them as
+    ``target`` states."""
 
     section: str
-    ours_s: float
-    reference_s: float
+    ours: float
+    reference: float
     ratio: float
     target: str
-    passed: bool
+    passed: bool | None  # None: a measurement without a target
     setup: str
+    unit: str = "s"
 
 
 SECTIONS: dict[str, Callable[[Settings], list[Row]]] = {}
@@ -148,18 +151,23 @@ def explain_batched(settings: Settings) -> list[Row]:
                                          "ratio = median(reference / ours)")]
 
 
-def saved_tensor_bytes(step: Callable[[], object]) -> int:
-    """Bytes of the distinct tensors autograd saves for backward during ``step``: the activation memory of a
-    training step, which dominates its peak memory (measurable on CPU, where no allocator statistics exist)."""
-    seen: dict[tuple[int, int], int] = {}
+def saved_tensor_bytes(loss: Callable[[], Tensor]) -> int:
+    """Bytes of the distinct storages autograd holds for the backward of ``loss()`` when that backward starts: the
+    activation memory of a training step, which dominates its peak memory (measurable on CPU, where no allocator
+    statistics exist). Tensors saved only for a while (e.g. by a recomputation inside an explanation's backward) and
+    freed before the loss exists are not counted. The backward is run afterwards, so that the graph is freed."""
+    packed: list[tuple[weakref.ref, tuple[int, int]]] = []
 
     def pack(t: Tensor) -> Tensor:
-        seen[(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())] = t.untyped_storage().nbytes()
+        storage = t.untyped_storage()
+        packed.append((weakref.ref(t), (storage.data_ptr(), storage.nbytes())))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        step()
-    return sum(seen.values())
+        value = loss()
+    held = {key: key[1] for ref, key in packed if ref() is not None}
+    value.backward()
+    return sum(held.values())
 
 
 def _boxed_batch(batch: int, size: int, device: torch.device) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
@@ -172,40 +180,112 @@ def _boxed_batch(batch: int, size: int, device: torch.device) -> tuple[Tensor, T
     return x, labels, boxes, box_labels
 
 
-def _guidance_step(layer: str, quick: bool) -> Callable[[Settings], list[Row]]:
-    def run(settings: Settings) -> list[Row]:
-        from rightreasons.guidance import GuidanceObjective
+def plain_loss(model: nn.Module, x: Tensor, labels: Tensor) -> Callable[[], Tensor]:
+    """The loss of a plain training step (BCE), its gradients cleared first."""
+    def loss() -> Tensor:
+        model.zero_grad(set_to_none=True)
+        return F.binary_cross_entropy_with_logits(model(x), labels)
+    return loss
 
-        batch, size, repeats, warmup = (2, 32, 2, 1) if quick or settings.quick else (8, 64, 10, 2)
+
+def guided_loss(model: nn.Module, layer: str, x: Tensor, labels: Tensor, boxes: list[Tensor],
+                box_labels: list[Tensor]) -> Callable[[], Tensor]:
+    """The loss of a guided step: BCE + 1e-3 Energy on B-cos contributions at ``layer``, every image annotated."""
+    from rightreasons.guidance import GuidanceObjective
+
+    objective = GuidanceObjective("bcos", layer, "energy")
+    has_boxes = torch.ones(len(x), dtype=torch.bool)
+
+    def loss() -> Tensor:
+        model.zero_grad(set_to_none=True)
+        out = objective(model, x, labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
+        return F.binary_cross_entropy_with_logits(out.logits, labels) + 1e-3 * out.loss
+    return loss
+
+
+def step(loss: Callable[[], Tensor]) -> Callable[[], None]:
+    """A training step's forward and backward (no optimiser update)."""
+    return lambda: loss().backward()
+
+
+def _guidance_step(layer: str) -> Callable[[Settings], list[Row]]:
+    def run(settings: Settings) -> list[Row]:
+        batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 64, 10, 2)
         model = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
         x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
-        has_boxes = torch.ones(batch, dtype=torch.bool)
-        objective = GuidanceObjective("bcos", layer, "energy")
-
-        def plain() -> None:
-            model.zero_grad(set_to_none=True)
-            F.binary_cross_entropy_with_logits(model(x), labels).backward()
-
-        def guided() -> None:
-            model.zero_grad(set_to_none=True)
-            out = objective(model, x, labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
-            (F.binary_cross_entropy_with_logits(out.logits, labels) + 1e-3 * out.loss).backward()
-
-        times = alternate({"guided": guided, "plain": plain}, settings, repeats, warmup)
+        plain = plain_loss(model, x, labels)
+        guided = guided_loss(model, layer, x, labels, boxes, box_labels)
+        times = alternate({"guided": step(guided), "plain": step(plain)}, settings, repeats, warmup)
         ratio = statistics.median(g / p for g, p in zip(times["guided"], times["plain"]))
         target = {"input": 3.0, "mid2": 2.0, "final": 1.3}[layer]
-        memory = saved_tensor_bytes(guided) / saved_tensor_bytes(plain)
+        held = {name: saved_tensor_bytes(loss) for name, loss in (("guided", guided), ("plain", plain))}
         return [Row(f"guidance-step-{layer}", statistics.median(times["guided"]), statistics.median(times["plain"]),
                    ratio, f"<= {target}", ratio <= target,
                    f"B-cos ResNet-50, train mode, batch {batch}x6x{size}x{size}: BCE + Energy on B-cos contributions at "
                    f"{layer} (ours) vs BCE alone (reference), {repeats} alternating repeats; ratio = median(guided / "
-                   f"plain); memory saved for backward {saved_tensor_bytes(guided) / 2**20:.0f} MiB vs "
-                   f"{saved_tensor_bytes(plain) / 2**20:.0f} MiB ({memory:.2f}x)")]
+                   f"plain); memory saved for backward {held['guided'] / 2**20:.0f} MiB vs "
+                   f"{held['plain'] / 2**20:.0f} MiB ({held['guided'] / held['plain']:.2f}x)")]
     return run
 
 
 for _layer in ("input", "mid2", "final"):
-    section(f"guidance-step-{_layer}")(_guidance_step(_layer, quick=False))
+    section(f"guidance-step-{_layer}")(_guidance_step(_layer))
+
+
+def _standard_resnet50(device: torch.device) -> nn.Module:
+    """torchvision's ResNet-50 with 20 classes, in training mode: the cost B-cos is measured against."""
+    from torchvision.models import resnet50
+
+    return resnet50(num_classes=20).train().to(device)
+
+
+@section("activation-memory")
+def activation_memory(settings: Settings) -> list[Row]:
+    """Activations held for the backward of a training step: B-cos ResNet-50 (plain; guided at input, mid2, final)
+    vs torchvision's ResNet-50 (plain), the same images (B-cos: the 6-channel encoding); at batch 2, and per image
+    (batch 2 minus batch 1: what a large batch approaches, without the weights). Deterministic."""
+    size = 32 if settings.quick else 224
+    bcos = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
+    standard_model = _standard_resnet50(settings.device)
+    held: dict[str, list[int]] = {}
+    for batch in (1, 2):
+        x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
+        losses = {"standard": plain_loss(standard_model, x[:, :3], labels), "plain": plain_loss(bcos, x, labels)}
+        losses |= {f"guided at {layer}": guided_loss(bcos, layer, x, labels, boxes, box_labels)
+                   for layer in ("input", "mid2", "final")}
+        for name, loss in losses.items():
+            held.setdefault(name, []).append(saved_tensor_bytes(loss))
+    standard = held.pop("standard")
+    setup = (f"ResNet-50, 20 classes, train mode, {size} px; bytes of the distinct tensors autograd holds when the "
+             f"backward starts (saved-tensor hooks, weights included); reference = torchvision's ResNet-50, plain "
+             f"BCE step ({standard[1] / 2**20:.0f} MiB at batch 2, {(standard[1] - standard[0]) / 2**20:.0f} MiB "
+             "per image); guided = BCE + Energy on B-cos contributions, every image annotated; ratio = ours / "
+             "reference")
+    rows = []
+    for name, (one, two) in held.items():
+        target = 1.5 if name == "plain" else 2.5
+        for label, ours, reference in (("batch 2", two, standard[1]), ("per image", two - one,
+                                                                        standard[1] - standard[0])):
+            rows.append(Row(f"activation-memory: B-cos {name}, {label}", ours / 2**20, reference / 2**20,
+                            ours / reference, f"<= {target}", ours / reference <= target, setup, unit="MiB"))
+    return rows
+
+
+@section("train-step-time")
+def train_step_time(settings: Settings) -> list[Row]:
+    """A training step (BCE forward + backward) of B-cos ResNet-50 vs torchvision's ResNet-50, alternating."""
+    batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 128, 10, 2)
+    bcos = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
+    x, labels, _, _ = _boxed_batch(batch, size, settings.device)
+    times = alternate({"bcos": step(plain_loss(bcos, x, labels)),
+                       "standard": step(plain_loss(_standard_resnet50(settings.device), x[:, :3], labels))},
+                      settings, repeats, warmup)
+    ratio = statistics.median(b / s for b, s in zip(times["bcos"], times["standard"]))
+    return [Row("train-step-time", statistics.median(times["bcos"]), statistics.median(times["standard"]), ratio,
+                "<= 1.25", ratio <= 1.25,
+                f"ResNet-50, 20 classes, train mode, batch {batch} at {size} px, {torch.get_num_threads()} threads, "
+                f"{repeats} alternating repeats; ours = B-cos (6-channel input), reference = torchvision; "
+                "ratio = median(ours / reference)")]
 
 
 @section("guidance-few-boxes")
@@ -622,10 +702,99 @@ def sync_bn_step(settings: Settings) -> list[Row]:
                 "process's time); ratio = median(synced / per-process), measured on process 0 (CPU always)")]
 
 
+#: the networks of ``gpu-throughput``: (B-cos model, its standard twin); with ``--quick`` the smallest of each family
+GPU_MODELS = {False: (("bcos_resnet50", "resnet50"), ("bcos_simple_vit_s_patch16_224", "simple_vit_s_patch16_224")),
+              True: (("bcos_resnet18", "resnet18"), ("bcos_simple_vit_ti_patch16_224", "simple_vit_ti_patch16_224"))}
+GPU_MODES = ("eager", "compiled", "bf16")
+
+
+def _gpu_steps(bcos: nn.Module, teacher: nn.Module, x: Tensor, labels: Tensor, boxes: list[Tensor],
+               box_labels: list[Tensor], layers: tuple[str, ...]) -> dict[str, Callable[[], Tensor]]:
+    """The B-cos losses of ``gpu-throughput``: plain, guided at ``layers``, e²KD with the teacher's explanations
+    computed live and frozen (computed once, as a cache would hold them)."""
+    from rightreasons.distill.explanations import teacher_outputs
+    from rightreasons.distill.objective import DistillObjective
+
+    objective = DistillObjective(method="bcos_weights", layer="input", explanation_weight=1.0)
+    frozen = teacher_outputs(teacher, x, objective.method, objective.layer)
+
+    def e2kd(live: bool) -> Callable[[], Tensor]:
+        def loss() -> Tensor:
+            bcos.zero_grad(set_to_none=True)
+            outputs = teacher_outputs(teacher, x, objective.method, objective.layer) if live else frozen
+            return objective(bcos, x, outputs).total
+        return loss
+
+    return {"B-cos plain": plain_loss(bcos, x, labels)} | {
+        f"guided at {layer}": guided_loss(bcos, layer, x, labels, boxes, box_labels) for layer in layers} | {
+        "e2kd live": e2kd(True), "e2kd frozen": e2kd(False)}
+
+
+def _peak_memory(settings: Settings, loss: Callable[[], Tensor]) -> float:
+    """MiB: the peak allocated memory of one step on CUDA (``torch.cuda.max_memory_allocated``); elsewhere the
+    activations held for its backward (:func:`saved_tensor_bytes`)."""
+    if settings.device.type != "cuda":
+        return saved_tensor_bytes(loss) / 2**20
+    torch.cuda.reset_peak_memory_stats(settings.device)
+    loss().backward()
+    settings.sync()
+    return torch.cuda.max_memory_allocated(settings.device) / 2**20
+
+
+@section("gpu-throughput")
+def gpu_throughput(settings: Settings) -> list[Row]:
+    """Images per second and peak memory of training steps at the papers' scale (``make bench-gpu``): ResNet-50 and
+    ViT-S at 224 px, batch 32 and 64; the standard network, B-cos plain, guided at input and final, e²KD live and
+    frozen; each eager, compiled (``torch.compile``) and in bf16 autocast. ``--quick``: ResNet-18 and ViT-Ti at 32 px,
+    batch 2, one repeat, no compiling (a smoke test that runs on the CPU too); at full sizes it needs CUDA."""
+    if settings.device.type != "cuda" and not settings.quick:
+        print(f"gpu-throughput: skipped on {settings.device} (it needs CUDA: make bench-gpu)", file=sys.stderr)
+        return []
+    batches, size, repeats, warmup = ((2,), 32, 1, 1) if settings.quick else ((32, 64), 224, 5, 2)
+    modes = tuple(m for m in GPU_MODES if m != "compiled") if settings.quick else GPU_MODES
+    rows = []
+    for bcos_name, standard_name in GPU_MODELS[settings.quick]:
+        kwargs = {"num_classes": 20} | ({"image_size": size} if "vit" in bcos_name else {})
+        for batch in batches:
+            x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
+            for mode in modes:
+                torch.manual_seed(0)
+                bcos = rr.create_model(bcos_name, **kwargs).train().to(settings.device)
+                teacher = rr.create_model(bcos_name, **kwargs).eval().to(settings.device)
+                standard = rr.create_model(standard_name, **kwargs).train().to(settings.device)
+                if mode == "compiled":
+                    bcos, teacher, standard = (torch.compile(m) for m in (bcos, teacher, standard))
+                losses = {"standard": plain_loss(standard, x[:, :3], labels)}
+                layers = ("input",) if "vit" in bcos_name else ("input", "final")  # a ViT explains at its input
+                losses |= _gpu_steps(bcos, teacher, x, labels, boxes, box_labels, layers)
+                autocast = torch.autocast(settings.device.type, torch.bfloat16, enabled=mode == "bf16")
+                with autocast:
+                    times = alternate({name: step(loss) for name, loss in losses.items()}, settings, repeats, warmup)
+                    memory = {name: _peak_memory(settings, loss) for name, loss in losses.items()}
+                reference = batch / statistics.median(times["standard"])
+                for name in losses:
+                    speed = batch / statistics.median(times[name])
+                    rows.append(Row(f"gpu-throughput: {bcos_name} {name}, batch {batch}, {mode}", speed, reference,
+                                    speed / reference, "report", None,
+                                    f"{bcos_name} (standard: {standard_name}) at {size} px, batch {batch}, {mode}: "
+                                    f"{speed:.1f} images/s, peak memory {memory[name]:.0f} MiB; reference = the "
+                                    "standard network in the same mode; ratio = ours / reference images per second",
+                                    unit="img/s"))
+    return rows
+
+
+def _value(value: float, unit: str) -> str:
+    return f"{value:.4f} s" if unit == "s" else f"{value:.1f} {unit}" if unit == "img/s" else f"{value:.0f} {unit}"
+
+
+def _verdict(passed: bool | None) -> str:
+    return "—" if passed is None else "pass" if passed else "FAIL"
+
+
 def markdown(rows: list[Row]) -> str:
-    lines = ["| section | ours (s) | reference (s) | ratio | target | pass/fail |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.section} | {r.ours_s:.4f} | {r.reference_s:.4f} | {r.ratio:.3f} | {r.target} | "
-              f"{'pass' if r.passed else 'FAIL'} |" for r in rows]
+    lines = ["| section | ours | reference | ratio | target | pass/fail |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.section} | {_value(r.ours, r.unit)} | {_value(r.reference, r.unit)} | {r.ratio:.3f} | "
+              f"{r.target} | {_verdict(r.passed)} |" for r in rows]
     lines += [""] + [f"- {r.section}: {r.setup}" for r in rows]
     return "\n".join(lines)
 
@@ -648,7 +817,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        print(f"no CUDA device: torch {torch.__version__} sees none (torch.cuda.is_available() is False), so "
+              f"--device {args.device} measures nothing; run it on a machine with a GPU")
+        return 0
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     settings = Settings(torch.device(args.device), args.quick, args.imagenet_classes, args.imagenet_images)
     torch.manual_seed(0)

@@ -11,12 +11,13 @@ exact under double backward.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from .dynamic import DynamicLinear
+from .dynamic import DynamicLinear, Recomputed
 
 __all__ = ["DynamicGELU", "gelu_gate"]
 
@@ -44,7 +45,7 @@ class DynamicGELU(DynamicLinear):
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dynamic(gelu_gate(x, self.approximate), x)
+        return self.dynamic(Recomputed(partial(gelu_gate, approximate=self.approximate), (x,)), x)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"

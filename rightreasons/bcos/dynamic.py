@@ -17,6 +17,16 @@ autograd function whose
 The outer backward (of a classification loss plus an explanation loss) must run outside :func:`explanation_mode`, where
 the function behaves like an ordinary product.
 
+**Memory.** A product stores only the tensors it is computed from, never its intermediates: a dynamic weight given as
+:class:`Recomputed` (``|cos|^(B-1)`` from a unit's linear output and its one-channel patch-norm map, a GELU gate from
+its input) is recomputed in the backward, and a product may take the linear steps around it (a norm's centring and
+affine map) as ``extras``, so that they store nothing either; a B-cos unit's convolution recomputes its normalised
+weight in the backward too. Its backward is itself such a function
+(:class:`_DynamicVjp`): in an explanation's backward with ``create_graph=True`` it stores the incoming gradient and
+the product's inputs, and the second backward recomputes what it needs. Gradients are those of the same operations
+taken by autograd, so they are exact to every order; a B-cos network holds about as much for its backward as a
+standard one (``make bench``, ``activation-memory``).
+
 The switch is read when the backward runs, so :func:`dynamic_apply` is excluded from ``torch.compile`` tracing
 (``torch.compiler.disable``): TorchDynamo would otherwise trace the backward once, with the switch as it was at
 compile time, and a compiled model's explanations would silently include the dynamic weights' gradients. The
@@ -26,14 +36,18 @@ exclusion costs a fraction of a microsecond per call in eager mode.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from dataclasses import dataclass
+from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.autograd import grad as _autograd_grad  # bound once: the recomputation is no user-level backward
 
-__all__ = ["DynamicLinear", "ExplanationSwitch", "dynamic_apply", "explanation_mode", "is_explaining"]
+__all__ = ["DynamicLinear", "ExplanationSwitch", "Recomputed", "dynamic_apply", "explanation_mode", "is_explaining"]
 
 Product = Literal["mul", "div", "matmul"]
+#: ``product(weight, x, *extras)``: linear in ``x`` (and in ``extras`` that are linear maps around the product)
+ProductFn = Callable[..., Tensor]
 
 
 class ExplanationSwitch:
@@ -45,62 +59,172 @@ class ExplanationSwitch:
         self.active = False
 
 
+class Recomputed(NamedTuple):
+    """A dynamic weight ``fn(*inputs)`` that the product recomputes in its backward instead of storing it (with
+    ``fn``'s intermediates): for weights that are cheap elementwise functions of tensors stored anyway."""
+
+    fn: Callable[..., Tensor]
+    inputs: tuple[Tensor, ...]
+
+
 def _reduce_to(grad: Tensor, shape: torch.Size) -> Tensor:
     """Sum a broadcast gradient back to ``shape`` (the inverse of broadcasting in a product)."""
     return grad if grad.shape == shape else grad.sum_to_size(shape)
 
 
+@dataclass(frozen=True)
+class _Elementary:
+    """``weight * x``, ``x / weight`` or ``weight @ x`` with closed-form gradients (no recomputation)."""
+
+    name: Product
+
+    def __call__(self, weight: Tensor, x: Tensor) -> Tensor:
+        if self.name == "mul":
+            return weight * x
+        if self.name == "div":
+            return x / weight
+        return weight @ x
+
+    def vjp(self, tensors: Sequence[Tensor], grad: Tensor, wrt: Sequence[bool]) -> tuple[Tensor, ...]:
+        """Gradients to ``x`` and ``weight`` (those marked ``wrt``) from differentiable operations."""
+        x, weight = tensors
+        if self.name == "mul":
+            grads = (lambda: grad * weight, lambda: grad * x)
+        elif self.name == "div":
+            grads = (lambda: grad / weight, lambda: -grad * x / (weight * weight))
+        else:
+            grads = (lambda: weight.transpose(-1, -2) @ grad, lambda: grad @ x.transpose(-1, -2))
+        return tuple(_reduce_to(fn(), t.shape) for fn, t, need in zip(grads, tensors, wrt) if need)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """How a product is computed from its tensors ``(x, *weight_inputs, *extras)``."""
+
+    weight: Callable[..., Tensor] | None  # None: the one weight input (if any) is the weight itself
+    product: ProductFn
+    weight_inputs: int
+
+    def is_weight_input(self, index: int) -> bool:
+        return 1 <= index <= self.weight_inputs
+
+    def evaluate(self, tensors: Sequence[Tensor | None]) -> Tensor:
+        x, inputs, extras = tensors[0], tensors[1:1 + self.weight_inputs], tensors[1 + self.weight_inputs:]
+        weight = (inputs[0] if inputs else None) if self.weight is None else self.weight(*inputs)
+        return self.product(weight, x, *extras)
+
+
+def _leaf(t: Tensor | None, requires_grad: bool, connected: bool) -> Tensor | None:
+    """A tensor to recompute from: linked to ``t``'s graph (``connected``, for a differentiable backward) or a new
+    leaf."""
+    if t is None:
+        return None
+    if connected and t.requires_grad:
+        return t.view_as(t)
+    return t.detach().requires_grad_(requires_grad)
+
+
+def _vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, wrt: Sequence[bool],
+         connected: bool) -> tuple[Tensor | None, ...]:
+    """The gradients of ``spec.evaluate(tensors)`` under ``grad`` to the tensors marked ``wrt``, by recomputing the
+    product (or by the product's own ``vjp(tensors, grad, wrt)``, made of differentiable operations, where it has
+    one and the weight is given, not recomputed); differentiable (in ``grad`` and every tensor) when ``connected``."""
+    if not any(wrt):
+        return ()
+    explicit = getattr(spec.product, "vjp", None) if spec.weight is None else None
+    with torch.enable_grad():
+        slots = [_leaf(t, need, connected) for t, need in zip(tensors, wrt)]
+        if explicit is not None:
+            with torch.set_grad_enabled(connected):
+                return explicit(slots, grad, wrt)
+        wanted = [s for s, need in zip(slots, wrt) if need]
+        return _autograd_grad(spec.evaluate(slots), wanted, grad, create_graph=connected, allow_unused=True)
+
+
+def _autocast_state(t: Tensor) -> tuple[str, torch.dtype, bool]:
+    """The autocast setting in force for ``t``'s device (a backward runs outside the forward's autocast block)."""
+    device = t.device.type
+    return device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device)
+
+
+def _autocast(state: tuple[str, torch.dtype, bool]) -> torch.autocast:
+    device, dtype, enabled = state
+    return torch.autocast(device, dtype, enabled=enabled)
+
+
 class _DynamicProduct(torch.autograd.Function):
-    """``weight * x``, ``x / weight`` or ``weight @ x`` whose gradient to ``weight`` is suppressed while its switch is
-    active."""
+    """``spec.evaluate(tensors)`` whose backward gives no gradient to the weight inputs while its switch is active."""
 
     @staticmethod
-    def forward(ctx, weight: Tensor, x: Tensor, product: Product, switch: ExplanationSwitch) -> Tensor:  # noqa: D102
-        ctx.save_for_backward(weight, x)
-        ctx.product = product
+    def forward(ctx, spec: _Spec, switch: ExplanationSwitch, *tensors: Tensor | None) -> Tensor:  # noqa: D102
+        ctx.save_for_backward(*tensors)
+        ctx.spec = spec
         ctx.switch = switch
-        return _product(weight, x, product)
+        ctx.autocast = _autocast_state(tensors[0])
+        return spec.evaluate(tensors)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # noqa: D102
-        weight, x = ctx.saved_tensors
-        grad_weight = grad_x = None
-        if ctx.product == "mul":
-            if ctx.needs_input_grad[1]:
-                grad_x = _reduce_to(grad * weight, x.shape)
-            if ctx.needs_input_grad[0] and not ctx.switch.active:
-                grad_weight = _reduce_to(grad * x, weight.shape)
-        elif ctx.product == "div":
-            if ctx.needs_input_grad[1]:
-                grad_x = _reduce_to(grad / weight, x.shape)
-            if ctx.needs_input_grad[0] and not ctx.switch.active:
-                grad_weight = _reduce_to(-grad * x / (weight * weight), weight.shape)
-        else:
-            if ctx.needs_input_grad[1]:
-                grad_x = _reduce_to(weight.transpose(-1, -2) @ grad, x.shape)
-            if ctx.needs_input_grad[0] and not ctx.switch.active:
-                grad_weight = _reduce_to(grad @ x.transpose(-1, -2), weight.shape)
-        return grad_weight, grad_x, None, None
+        spec, explaining = ctx.spec, ctx.switch.active
+        wrt = tuple(need and not (explaining and spec.is_weight_input(i))
+                    for i, need in enumerate(ctx.needs_input_grad[2:]))
+        with _autocast(ctx.autocast):  # recompute in the forward's precision
+            grads = iter(_DynamicVjp.apply(spec, wrt, grad, *ctx.saved_tensors))
+        return None, None, *(next(grads) if need else None for need in wrt)
 
 
-def _product(weight: Tensor, x: Tensor, product: Product) -> Tensor:
-    if product == "mul":
-        return weight * x
-    if product == "div":
-        return x / weight
-    return weight @ x
+class _DynamicVjp(torch.autograd.Function):
+    """The backward of :class:`_DynamicProduct` (the gradients to the tensors marked ``wrt``) as a function that stores
+    only its inputs: a second backward recomputes the first and differentiates it."""
+
+    @staticmethod
+    def forward(ctx, spec: _Spec, wrt: tuple[bool, ...], grad: Tensor,  # noqa: D102
+                *tensors: Tensor | None) -> tuple[Tensor, ...]:
+        ctx.save_for_backward(grad, *tensors)
+        ctx.spec, ctx.wrt, ctx.autocast = spec, wrt, _autocast_state(grad)
+        ctx.set_materialize_grads(False)
+        wanted = [t for t, need in zip(tensors, wrt) if need]
+        grads = _vjp(spec, tensors, grad, wrt, connected=False)
+        return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, wanted))
+
+    @staticmethod
+    def backward(ctx, *grad_grads: Tensor | None):  # noqa: D102
+        grad, *tensors = ctx.saved_tensors
+        needs = ctx.needs_input_grad[2:]
+        connected = torch.is_grad_enabled()  # a third order: keep this backward differentiable too
+        with torch.enable_grad(), _autocast(ctx.autocast):
+            slots = [_leaf(t, t is not None and t.is_floating_point(), connected) for t in (grad, *tensors)]
+            firsts = _vjp(ctx.spec, slots[1:], slots[0], ctx.wrt, connected=True)
+            pairs = [(f, g) for f, g in zip(firsts, grad_grads) if f is not None and g is not None]
+            wanted = [s for s, need in zip(slots, needs) if need]
+            result = iter(_autograd_grad([f for f, _ in pairs], wanted, [g for _, g in pairs],
+                                              create_graph=connected, allow_unused=True) if pairs and wanted else ())
+        return None, None, *(next(result, None) if need else None for need in needs)
 
 
 @torch.compiler.disable  # the switch must be read at backward time, not baked in when compiling (module docstring)
-def dynamic_apply(weight: Tensor, x: Tensor, switch: ExplanationSwitch, product: Product = "mul") -> Tensor:
-    """Apply a dynamic weight to ``x``: ``weight * x`` (broadcasting), ``x / weight`` (a norm's std) or ``weight @ x``.
+def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: ExplanationSwitch,
+                  product: Product | ProductFn = "mul", extras: Sequence[Tensor | None] = ()) -> Tensor:
+    """Apply a dynamic weight to ``x``: ``weight * x`` (broadcasting), ``x / weight`` (a norm's std), ``weight @ x``,
+    or ``product(weight, x, *extras)`` for a callable linear in ``x`` (``extras``: tensors of the linear steps around
+    the product, e.g. a norm's mean and affine parameters; ``None`` entries allowed).
 
-    Forward values equal the plain product. While ``switch.active`` the backward treats ``weight`` as a constant
-    (the explanation), but keeps it differentiable for a second backward.
+    ``weight`` is a tensor, :class:`Recomputed` (recomputed in the backward rather than stored) or ``None`` (a linear
+    map of ``x`` and ``extras`` alone that should store only them, e.g. a B-cos unit's convolution with its normalised
+    weight). A callable ``product`` may have a ``vjp(tensors, grad, wrt)`` method, used when the weight is not
+    :class:`Recomputed`: the gradients of the product to those of ``tensors`` (``x``, the weight if any, ``extras``)
+    marked ``wrt``, from differentiable operations (so that an expensive product is not recomputed). Forward values
+    equal the plain computation. While ``switch.active`` the backward treats the weight as a constant (the
+    explanation), but keeps it differentiable for a second backward.
     """
-    if not (weight.requires_grad or x.requires_grad):
-        return _product(weight, x, product)
-    return _DynamicProduct.apply(weight, x, product, switch)
+    recomputed = isinstance(weight, Recomputed)
+    inputs = weight.inputs if recomputed else () if weight is None else (weight,)
+    spec = _Spec(weight.fn if recomputed else None, _Elementary(product) if isinstance(product, str) else product,
+                 len(inputs))
+    tensors = (x, *inputs, *extras)
+    if not any(t is not None and t.requires_grad for t in tensors):
+        return spec.evaluate(tensors)
+    return _DynamicProduct.apply(spec, switch, *tensors)
 
 
 class DynamicLinear(nn.Module):
@@ -110,9 +234,10 @@ class DynamicLinear(nn.Module):
         super().__init__()
         self.explanation_switch = ExplanationSwitch()
 
-    def dynamic(self, weight: Tensor, x: Tensor, product: Product = "mul") -> Tensor:
-        """Apply this module's dynamic ``weight`` to ``x`` through the shared mechanism."""
-        return dynamic_apply(weight, x, self.explanation_switch, product)
+    def dynamic(self, weight: Tensor | Recomputed | None, x: Tensor, product: Product | ProductFn = "mul",
+                extras: Sequence[Tensor | None] = ()) -> Tensor:
+        """Apply this module's dynamic ``weight`` to ``x`` through the shared mechanism (:func:`dynamic_apply`)."""
+        return dynamic_apply(weight, x, self.explanation_switch, product, extras)
 
     @property
     def explaining(self) -> bool:

@@ -18,6 +18,8 @@ added after the transform. At ``B = 1`` both compute the pretrained layer ``wᵀ
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -25,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..choices import WEIGHT_MODES
-from .dynamic import DynamicLinear
+from .dynamic import DynamicLinear, Recomputed
 from .norms import _affine  # ``g · out + b`` per channel: the norms' affine step, here a unit's gain and bias
 
 __all__ = ["BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "LogitLayer", "WEIGHT_MODES", "WeightMode",
@@ -50,6 +52,51 @@ def _alignment_scale(out: Tensor, norm: Tensor, b: float) -> Tensor:
     return ((out / norm).abs() + 1e-6).pow(b - 1)
 
 
+def _alignment(out: Tensor, norm: Tensor, b: float) -> Recomputed:
+    """``|cos|^(B-1)`` as a dynamic weight recomputed in the backward from the unit's linear output and its norm map,
+    the two tensors a unit stores (besides its input, for the weight gradient)."""
+    return Recomputed(partial(_alignment_scale, b=b), (out, norm))
+
+
+def _unit_normalized(w: Tensor) -> Tensor:
+    """``ŵ = w / ‖w‖`` per output (every dimension but the first), without eps (B-cos v2 numerics)."""
+    return w / torch.linalg.vector_norm(w, dim=tuple(range(1, w.dim())), keepdim=True)
+
+
+@dataclass(frozen=True)
+class _NormalizedLinear:
+    """A unit's linear part ``conv(x, ŵ)`` (``conv``: stride, padding, dilation, groups) or ``linear(x, ŵ)``
+    (``conv=None``) as a product of :func:`~rightreasons.bcos.dynamic.dynamic_apply` that stores ``x`` and the
+    parameter ``w`` only: its backward recomputes the weight-sized ``ŵ`` (a standard layer stores no such copy)."""
+
+    conv: tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None
+
+    def __call__(self, _: None, x: Tensor, w: Tensor) -> Tensor:
+        if self.conv is None:
+            return F.linear(x, _unit_normalized(w))
+        return F.conv2d(x, _unit_normalized(w), None, *self.conv)
+
+    def vjp(self, tensors: tuple[Tensor, Tensor], grad: Tensor, wrt: tuple[bool, bool]) -> tuple[Tensor, ...]:
+        """Gradients to ``x`` and ``w`` (those marked ``wrt``) from differentiable operations."""
+        x, w = tensors
+        dims = tuple(range(1, w.dim()))
+        norm = torch.linalg.vector_norm(w, dim=dims, keepdim=True)
+        w_hat = w / norm
+        x_, w_hat_ = x.to(grad.dtype), w_hat.to(grad.dtype)  # the forward's precision (e.g. under autocast)
+        if self.conv is None:
+            grad_x = grad @ w_hat_ if wrt[0] else None
+            grad_w_hat = grad.reshape(-1, grad.shape[-1]).T @ x_.reshape(-1, x.shape[-1]) if wrt[1] else None
+        else:
+            stride, padding, dilation, groups = self.conv
+            grad_x, grad_w_hat, _ = torch.ops.aten.convolution_backward(
+                grad, x_, w_hat_, None, stride, padding, dilation, False, (0, 0), groups, (wrt[0], wrt[1], False))
+        grad_w_hat = None if grad_w_hat is None else grad_w_hat.to(w.dtype)
+        grads = (grad_x,) if wrt[0] else ()
+        if wrt[1]:  # through ŵ = w / ‖w‖
+            grads += ((grad_w_hat - w_hat * (w_hat * grad_w_hat).sum(dims, keepdim=True)) / norm,)
+        return grads
+
+
 def _max_out(out: Tensor, units: int, max_out: int, dim: int) -> Tensor:
     """MaxOut over ``max_out`` consecutive channels per unit. A selection: exact under autograd, no extra mechanism."""
     if max_out == 1:
@@ -68,6 +115,9 @@ class BcosConv2d(DynamicLinear):
 
     Shapes: ``[N, in_channels, H, W] -> [N, out_channels, H', W']``.
     """
+
+    #: whether the unit's weight is ``w / ‖w‖`` (recomputed in the backward rather than stored)
+    normalizes_weight = True
 
     def __init__(
         self,
@@ -102,8 +152,7 @@ class BcosConv2d(DynamicLinear):
 
     def normalized_weight(self) -> Tensor:
         """``ŵ``: every filter scaled to unit L2 norm over (in, kh, kw). ``[out·max_out, in/groups, kh, kw]``."""
-        w = self.linear.weight
-        return w / torch.linalg.vector_norm(w, dim=(1, 2, 3), keepdim=True)
+        return _unit_normalized(self.linear.weight)
 
     def patch_norms(self, x: Tensor) -> Tensor:
         """``‖x‖`` per zero-padded receptive field and group: ``[N, groups, H', W']``."""
@@ -123,16 +172,19 @@ class BcosConv2d(DynamicLinear):
 
     def forward(self, x: Tensor) -> Tensor:
         """``[N, C_in, H, W] -> [N, C_out, H', W']``."""
-        out = F.conv2d(x, self.normalized_weight(), None, self.stride, self.padding, self.dilation, self.groups)
+        conv = (self.stride, self.padding, self.dilation, self.groups)
+        if self.normalizes_weight:
+            out = self.dynamic(None, x, _NormalizedLinear(conv), (self.linear.weight,))
+        else:
+            out = F.conv2d(x, self.normalized_weight(), None, *conv)
         out = _max_out(out, self.out_channels, self.max_out, dim=1)
         if self.b == 1:
             return out
         norm = self.patch_norms(x)
         if self.groups == 1:
-            return self.dynamic(_alignment_scale(out, norm, self.b), out)
+            return self.dynamic(_alignment(out, norm, self.b), out)
         grouped = out.unflatten(1, (self.groups, -1))
-        scale = _alignment_scale(grouped, norm.unsqueeze(2), self.b)
-        return self.dynamic(scale, grouped).flatten(1, 2)
+        return self.dynamic(_alignment(grouped, norm.unsqueeze(2), self.b), grouped).flatten(1, 2)
 
     def extra_repr(self) -> str:
         return f"B={self.b}" + (f", max_out={self.max_out}" if self.max_out > 1 else "")
@@ -148,6 +200,8 @@ class BcosLinear(DynamicLinear):
         bias: accepted only as ``False``.
     """
 
+    normalizes_weight = True
+
     def __init__(self, in_features: int, out_features: int, b: float = 2, max_out: int = 1, bias: bool = False) -> None:
         _check_bcos_args(b, max_out, bias, "BcosLinear")
         super().__init__()
@@ -159,16 +213,19 @@ class BcosLinear(DynamicLinear):
 
     def normalized_weight(self) -> Tensor:
         """``ŵ``: rows of the weight scaled to unit norm. ``[out·max_out, in]``."""
-        w = self.linear.weight
-        return w / torch.linalg.vector_norm(w, dim=1, keepdim=True)
+        return _unit_normalized(self.linear.weight)
 
     def forward(self, x: Tensor) -> Tensor:
         """``[*, in_features] -> [*, out_features]``."""
-        out = _max_out(F.linear(x, self.normalized_weight()), self.out_features, self.max_out, dim=-1)
+        if self.normalizes_weight:
+            out = self.dynamic(None, x, _NormalizedLinear(None), (self.linear.weight,))
+        else:
+            out = F.linear(x, self.normalized_weight())
+        out = _max_out(out, self.out_features, self.max_out, dim=-1)
         if self.b == 1:
             return out
         norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True) + 1e-12
-        return self.dynamic(_alignment_scale(out, norm, self.b), out)
+        return self.dynamic(_alignment(out, norm, self.b), out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, B={self.b}" + (
@@ -192,6 +249,10 @@ class _PretrainedScale:
         self.weight_mode = weight_mode
         self.gain = nn.Parameter(torch.ones(features)) if weight_mode == "gain" else None
         self.bias = nn.Parameter(torch.zeros(features)) if bias else None
+
+    @property
+    def normalizes_weight(self) -> bool:
+        return self.weight_mode == "gain"
 
     def normalized_weight(self) -> Tensor:
         """The weight the transform uses: ``w`` (``raw``) or ``ŵ`` (``gain``), shaped as ``linear.weight``."""

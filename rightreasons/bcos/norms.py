@@ -35,7 +35,7 @@ of a distributed run (synchronised BatchNorm, :mod:`rightreasons.bcos.sync`), ta
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import wraps
+from functools import partial, wraps
 from typing import Callable, Iterator
 
 import torch
@@ -55,12 +55,24 @@ __all__ = [
 ]
 
 
-def _normalize(module: nn.Module, x: Tensor, var: Tensor, mean: Tensor | None) -> Tensor:
-    """``(x − mean) / sqrt(var + eps)`` with the std as the dynamic divisor (shapes broadcast); a plain division in
-    the norms of standard models (:class:`~rightreasons.bcos.sync.SyncBatchNorm2d`)."""
-    centred = x if mean is None else x - mean
+def _normalize(module: nn.Module, x: Tensor, var: Tensor, mean: Tensor | None, shape: tuple[int, ...],
+               flatten_groups: bool = False) -> Tensor:
+    """``γ · (x − mean) / sqrt(var + eps) + β`` (``[N, G, C/G, H, W]`` groups flattened to ``[N, C, H, W]`` first),
+    each term only where present, with the std as the dynamic divisor: one product that stores only ``x``, the std and
+    the affine parameters; a plain computation in the norms of standard models
+    (:class:`~rightreasons.bcos.sync.SyncBatchNorm2d`)."""
     std = (var + module.eps).sqrt()
-    return module.dynamic(std, centred, product="div") if isinstance(module, DynamicLinear) else centred / std
+    extras = (mean, module.weight, module.bias)
+    normalized = partial(_normalized, shape=shape, flatten_groups=flatten_groups)
+    if isinstance(module, DynamicLinear):
+        return module.dynamic(std, x, normalized, extras)
+    return normalized(std, x, *extras)
+
+
+def _normalized(std: Tensor, x: Tensor, mean: Tensor | None, weight: Tensor | None, bias: Tensor | None,
+                shape: tuple[int, ...], flatten_groups: bool) -> Tensor:
+    y = (x if mean is None else x - mean) / std
+    return _affine(y.flatten(1, 2) if flatten_groups else y, weight, bias, shape)
 
 
 def _statistics(x: Tensor, dim: int | tuple[int, ...], centred: bool, keepdim: bool) -> tuple[Tensor, Tensor | None]:
@@ -150,8 +162,7 @@ class RunningStatsNorm(nn.BatchNorm2d):
             var, mean = var.reshape(shape), None if mean is None else mean.reshape(shape)
         else:
             var, mean = self.running_var.view(shape), self.running_mean.view(shape) if self.centred else None
-        y = _normalize(self, x, var, mean)
-        return _affine(y, self.weight, self.bias, shape)
+        return _normalize(self, x, var, mean, shape)
 
 
 class BatchNormUncentered2d(RunningStatsNorm, DynamicLinear):
@@ -190,8 +201,7 @@ class _GroupStatsNorm(nn.GroupNorm, DynamicLinear):
         _check_4d(self, x)
         grouped = x.unflatten(1, (self.num_groups, -1))
         var, mean = _statistics(grouped, (2, 3, 4), self.centred, keepdim=True)
-        y = _normalize(self, grouped, var, mean).flatten(1, 2)
-        return _affine(y, self.weight, self.bias, (1, -1, 1, 1))
+        return _normalize(self, grouped, var, mean, (1, -1, 1, 1), flatten_groups=True)
 
 
 class GroupNormUncentered2d(_GroupStatsNorm):
@@ -251,8 +261,7 @@ class _ChannelStatsNorm(nn.LayerNorm, DynamicLinear):
             _check_4d(self, x)
         dim, shape = (1, (1, -1, 1, 1)) if self.channels_first else (-1, (-1,))
         var, mean = _statistics(x, dim, self.centred, keepdim=True)
-        y = _normalize(self, x, var, mean)
-        return _affine(y, self.weight, self.bias, shape)
+        return _normalize(self, x, var, mean, shape)
 
 
 class PositionNormUncentered2d(_ChannelStatsNorm):

@@ -25,6 +25,7 @@ import timm
 import rightreasons as rr
 from rightreasons.bcos import (BcosConv2d, BcosifiedConv2d, BcosifiedLinear, BcosLinear, DynamicGELU, DynamicLinear,
                                norms)
+from rightreasons.bcos.dynamic import Recomputed
 from rightreasons.explain import attribute
 from rightreasons.models.resnet import BcosResNet, Bottleneck
 from rightreasons.models.standard import StandardSimpleViT
@@ -296,13 +297,18 @@ def test_bcosified_model_explanation_gradient_matches_finite_differences(name, t
 
 # --------------------------------------------------------------------------------------------------------- controls
 
-def _detaching_dynamic(self: DynamicLinear, weight: Tensor, x: Tensor, product: str = "mul") -> Tensor:
+def _detaching_dynamic(self: DynamicLinear, weight: Tensor | Recomputed | None, x: Tensor, product="mul",
+                       extras=()) -> Tensor:
     """The reference library's mechanism: detach the dynamic weight in the forward pass while explaining.
 
     The reference library explains with the model switched into explanation mode for the forward pass as well;
     ``explain`` runs its forward pass outside explanation mode (only the input gradient is taken inside), so the
     emulation detaches in every forward pass, like the reference package control below."""
-    weight = weight.detach()
+    if isinstance(weight, Recomputed):
+        weight = weight.fn(*weight.inputs)
+    weight = None if weight is None else weight.detach()
+    if callable(product):
+        return product(weight, x, *extras)
     return {"mul": lambda: weight * x, "div": lambda: x / weight, "matmul": lambda: weight @ x}[product]()
 
 
