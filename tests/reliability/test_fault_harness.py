@@ -36,7 +36,7 @@ from safetensors.torch import load_file
 from rightreasons.classification import ClassificationTask
 from rightreasons.config import from_dict
 from rightreasons.engine import checkpointing, run, trainer
-from rightreasons.engine.checkpointing import MANIFEST, CheckpointManager, _defect
+from rightreasons.engine.checkpointing import MANIFEST, CheckpointManager, checkpoint_defect
 from rightreasons.errors import DivergenceError, TrainingError
 from rightreasons.guidance import GuideConfig
 
@@ -86,7 +86,7 @@ def assert_checkpoints_sound(out: Path) -> None:
     root = out / "checkpoints"
     assert not list(root.glob(".tmp-*")), list(root.iterdir())
     for step in root.glob("step-*"):
-        assert _defect(step) is None, step
+        assert checkpoint_defect(step) is None, step
         assert all(t.isfinite().all() for t in load_file(step / "model.safetensors").values()), step
 
 
