@@ -31,14 +31,14 @@ LAYERS: dict[str, float] = {
     "reporting": 4.5,
     "engine": 5,
     "classification": 6,
-    "guidance": 7, "distill": 7,
+    "guidance": 7, "distill": 7, "robustness": 7.5,
     "apps": 8,
     "__main__": 9, "": 8,  # "" is the package itself (the public API facade)
 }
 #: the parts of the kit, below the engine
 KIT = ("bcos", "models", "explain", "data", "metrics", "reporting")
 #: the features, above the engine
-FEATURES = ("classification", "guidance", "distill")
+FEATURES = ("classification", "guidance", "distill", "robustness")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
