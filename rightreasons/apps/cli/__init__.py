@@ -47,7 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cache": ("rightreasons.apps.cli.distill", "compute a teacher's logits and explanations once per training image"),
     "analyze": ("rightreasons.apps.cli.distill", "analyses of trained models"),
     "sweep": ("rightreasons.apps.cli.sweep", "run a grid of trainings and write the Pareto report"),
-    "study": ("rightreasons.apps.cli.study", "run a robustness study (guidance over a grid of data variants)"),
+    "study": ("rightreasons.apps.cli.study", "run a robustness study (guidance over a grid of data variants, or beside "
+                                        "the group-robustness methods)"),
     "demo": ("rightreasons.apps.cli.demo", "guide B-cos models on the synthetic Waterbirds-like benchmark and write a "
                                       "report (results.json, report.md, figures)"),
 }
