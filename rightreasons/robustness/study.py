@@ -247,8 +247,9 @@ def study_markdown(study: RobustnessStudy, rows: Sequence[dict[str, Any]]) -> st
         "# Robustness study on synthetic-birds\n",
         f"{count(len(study.dry_run()[0]), 'training')}, {count(len(study.dry_run()[1]), 'DFR fit')}, "
         f"{count(study.seeds, 'seed')}. ERM: {r.model} ({r.model_kwargs}), "
-        f"{count(r.baseline_epochs, 'epoch')}, lr {r.baseline_lr:g}; reweighting, subsampling, GroupDRO and JTT's second stage "
-        f"train with the same schedule; guided runs fine-tune ERM for {count(r.guided_epochs, 'epoch')}, lr {r.guided_lr:g}; "
+        f"{count(r.baseline_epochs, 'epoch')}, lr {r.baseline_lr:g}; reweighting, subsampling, GroupDRO and JTT's "
+        f"second stage train with the same schedule; guided runs fine-tune ERM for {count(r.guided_epochs, 'epoch')}, "
+        f"lr {r.guided_lr:g}; "
         "+dfr: DFR's last layer on that run's features. Every training selects its checkpoint by validation "
         f"{r.select} (group labels of the validation split, used by every method); DFR chooses its regularisation "
         "on half of the validation split. Test split, %, mean ± std over seeds. mean: accuracy over the "
@@ -262,8 +263,8 @@ def plot_study(path: Path, study: RobustnessStudy, rows: Sequence[dict[str, Any]
     """Worst-group test accuracy against the annotation count (group labels + box images, symlog axis), one panel
     per data variant, one marker per method and box fraction (error bars: std over seeds)."""
     variants = study.variants
-    with figure(path, 1, len(variants), title="Worst-group accuracy (test) vs annotated images",
-                sharey=True) as (_, axes):
+    with figure(path, 1, len(variants), size=(6.0 * len(variants), 4.5),
+                title="Worst-group accuracy (test) vs annotated images", sharey=True) as (_, axes):
         for ax, variant in zip(axes[0], variants):
             here = [r for r in rows if all(r[k] == v for k, v in asdict(variant).items())]
             for row in here:
