@@ -53,6 +53,9 @@ class RobustnessConfig:
         if self.method == "upweight":
             expect(self.error_set_from is not None and bool(self.error_set_from.strip()), "error_set_from",
                    self.error_set_from, "the directory or model file of the first-stage (ERM) run")
+        else:
+            expect(self.error_set_from is None, "error_set_from", self.error_set_from,
+                   "null (only method: upweight, JTT's second stage, reads a first-stage run)")
 
     @property
     def uses_group_labels(self) -> bool:

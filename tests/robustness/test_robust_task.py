@@ -112,6 +112,8 @@ def test_jtt_second_stage_upweights_the_error_set(config, first_stage, tmp_path)
 def test_bad_settings_are_refused_by_name(config, tmp_path, capsys):
     with pytest.raises(ConfigError, match="error_set_from"):
         from_dict(RobustConfig, {"robustness": {"method": "upweight"}})
+    with pytest.raises(ConfigError, match="error_set_from.*only method: upweight"):
+        from_dict(RobustConfig, {"robustness": {"method": "reweight", "error_set_from": "runs/erm"}})
     with pytest.raises(ConfigError, match="step_size"):
         from_dict(RobustConfig, {"robustness": {"method": "groupdro", "step_size": 0}})
     assert main(["--quiet", "robust", "--config", str(config), f"output_dir={tmp_path / 'r'}", "cpu=true",
