@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 #: rank of each part of the package; a module may import modules of a lower rank, or of its own top-level part. The
 #: rule of the floor plan: the features (classification, which guidance and distillation build on) sit above the
 #: engine, the engine above the kit (models, explanations, data, metrics, reporting), and no two features of one rank
-#: import each other.
+#: import each other. Robustness sits above guidance: its study sets box guidance beside the group-robustness methods.
 LAYERS: dict[str, float] = {
     "errors": -1, "version": -1, "faults": -1, "console": -1, "choices": -1,
     "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "plotting": 0.5,
@@ -38,7 +38,7 @@ LAYERS: dict[str, float] = {
 #: the parts of the kit, below the engine
 KIT = ("bcos", "models", "explain", "data", "metrics", "reporting")
 #: the features, above the engine
-FEATURES = ("classification", "guidance", "distill", "robustness")
+FEATURES = ("classification", "guidance", "distill")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -28,7 +28,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,9 @@ __all__ = ["RobustnessStudy", "run_study", "weighted_accuracy"]
 logger = logging.getLogger(__name__)
 
 METRICS = ("accuracy", "worst_group_accuracy", "weighted_accuracy", "epg")
+WATERBIRDS = "waterbirds100"
+#: every group in the validation split: model selection by worst group and DFR's balanced subsets need them
+WATERBIRDS_OPTIONS = {"train_like_val": False}
 
 
 def weighted_accuracy(scores: dict[str, float], group_names: Sequence[str], train_counts: torch.Tensor) -> float:
@@ -66,7 +69,12 @@ def weighted_accuracy(scores: dict[str, float], group_names: Sequence[str], trai
 
 @dataclass
 class RobustnessStudy:
-    """A grid of data variants × methods × seeds (YAML: ``configs/studies/robustness.yaml``)."""
+    """A grid of data variants × methods × seeds (YAML: ``configs/studies/robustness.yaml``).
+
+    ``waterbirds_root`` (a prepared Waterbirds-100 folder) runs the study on it instead of ``synthetic-birds``: one
+    variant per ``image_size`` (the other data axes do not apply), with every group in the validation split
+    (``train_like_val: false``), which model selection and DFR need.
+    """
 
     recipe: GuidanceRecipe = field(default_factory=GuidanceRecipe)
     seeds: int = 3
@@ -82,6 +90,7 @@ class RobustnessStudy:
                                                                   GuidedVariant("l1", "l1", 5.0)])
     dfr_on_guided: bool = True
     dfr_retrains: int = 20
+    waterbirds_root: str | None = None
 
     def __post_init__(self) -> None:
         expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
@@ -99,8 +108,26 @@ class RobustnessStudy:
 
     @property
     def variants(self) -> list[DataVariant]:
+        if self.waterbirds_root is not None:
+            return [DataVariant(image_size=size) for size in self.image_size]
         return [DataVariant(c, d, s, size) for c in self.correlation for d in self.difficulty
                 for s in self.data_seed for size in self.image_size]
+
+    def label(self, variant: DataVariant) -> str:
+        """The folder and panel name of ``variant``."""
+        return variant.label if self.waterbirds_root is None else f"{WATERBIRDS}-{variant.image_size}px"
+
+    def on_data(self, run: TrainingRun) -> TrainingRun:
+        """``run`` on the study's data: as built (``synthetic-birds``) or on ``waterbirds_root``."""
+        if self.waterbirds_root is None:
+            return run
+        return replace(run, data=WATERBIRDS, data_root=self.waterbirds_root, data_options=dict(WATERBIRDS_OPTIONS))
+
+    def load(self, variant: DataVariant, split: str) -> Any:
+        """Split ``split`` of ``variant``."""
+        if self.waterbirds_root is None:
+            return load_dataset(DATASET, None, split, **self.recipe.data_options(variant, split))
+        return load_dataset(WATERBIRDS, self.waterbirds_root, split, **WATERBIRDS_OPTIONS)
 
     def runs(self, out: Path) -> list[tuple[GridRun, dict[str, Any]]]:
         """Every training in training order (each before the runs that start from it), with its record's fields:
@@ -109,12 +136,12 @@ class RobustnessStudy:
         recipe = self.recipe
         for variant in self.variants:
             for seed in range(self.seeds):
-                folder = out / variant.label / f"seed-{seed}"
+                folder = out / self.label(variant) / f"seed-{seed}"
                 fields = {**asdict(variant), "seed": seed}
 
                 def add(name: str, run: TrainingRun, method: str, fraction: float | None = None,
                         scored: bool = True) -> None:
-                    runs.append((GridRun(f"{variant.label} seed {seed} {name}", run.config()),
+                    runs.append((GridRun(f"{self.label(variant)} seed {seed} {name}", self.on_data(run).config()),
                                  {**fields, "method": method, "fraction": fraction, "scored": scored}))
 
                 baseline = recipe.run(variant, seed, folder / "baseline")
@@ -168,7 +195,7 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
 
     def split(variant: DataVariant, name: str) -> Any:
         if (variant, name) not in splits:
-            splits[variant, name] = load_dataset(DATASET, None, name, **recipe.data_options(variant, name))
+            splits[variant, name] = study.load(variant, name)
         return splits[variant, name]
 
     for grid_run, fields in runs:
@@ -244,7 +271,7 @@ def study_markdown(study: RobustnessStudy, rows: Sequence[dict[str, Any]]) -> st
     columns = ["correlation", "difficulty", "size", "method", "boxes", "worst group", "mean", "train-weighted", "EPG",
                "group labels", "box images", f"val. {r.select}"]
     return "\n".join([
-        "# Robustness study on synthetic-birds\n",
+        f"# Robustness study on {DATASET if study.waterbirds_root is None else WATERBIRDS}\n",
         f"{count(len(study.dry_run()[0]), 'training')}, {count(len(study.dry_run()[1]), 'DFR fit')}, "
         f"{count(study.seeds, 'seed')}. ERM: {r.model} ({r.model_kwargs}), "
         f"{count(r.baseline_epochs, 'epoch')}, lr {r.baseline_lr:g}; reweighting, subsampling, GroupDRO and JTT's "
@@ -274,7 +301,7 @@ def plot_study(path: Path, study: RobustnessStudy, rows: Sequence[dict[str, Any]
                             marker="o", capsize=3, linestyle="none", label=label)
             ax.set_xscale("symlog", linthresh=max(1, math.ceil(min((r["boxes"] for r in here if r["boxes"]),
                                                                    default=1))))
-            ax.set_title(variant.label)
+            ax.set_title(study.label(variant))
             ax.set_xlabel("annotated images (group labels + boxes)")
             ax.set_ylabel("worst-group accuracy (%)")
             ax.set_ylim(0, 100)

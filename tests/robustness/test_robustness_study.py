@@ -87,3 +87,24 @@ def test_dry_run_lists_every_training_and_the_shipped_study_loads(tmp_path, caps
     printed = capsys.readouterr().out
     assert printed.startswith(f"{len(trainings)} trainings and {len(fits)} DFR fits:")
     assert all(line in printed for line in trainings + fits) and not any(tmp_path.iterdir())
+
+
+def test_the_study_runs_on_the_waterbirds100_layout(tmp_path, write_waterbirds):
+    """A Waterbirds-100 folder as the data: every method trains on it and DFR sees every group of the validation
+    split."""
+    rows = [(f"img/{split}-{i}.jpg", g // 2, g % 2, split, (4, 4, 20, 16))
+            for split, n in ((0, 16), (1, 16), (2, 8)) for i, g in enumerate(list(range(4)) * (n // 4))]
+    root = write_waterbirds(tmp_path / "waterbirds", rows)
+    study = {**TINY, "waterbirds_root": str(root), "recipe": {**TINY["recipe"], "train_images": None},
+             "robust": [{"name": "groupdro", "method": "groupdro"}, {"name": "jtt", "method": "jtt"}],
+             "methods": [TINY["methods"][0]]}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    assert main(["--quiet", "study", "robustness", str(tmp_path / "study.yaml"), "--out", str(tmp_path / "out")]) == 0
+    results = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert [r["method"] for r in results["records"]] == ["baseline", "baseline+dfr", "groupdro", "jtt", "energy",
+                                                         "energy+dfr"]
+    folder = tmp_path / "out" / "waterbirds100-32px" / "seed-0"
+    config = json.loads((folder / "groupdro" / "summary.json").read_text())["config"]["data"]
+    assert config["name"] == "waterbirds100" and config["root"] == str(root)
+    assert config["options"] == {"train_like_val": False}
+    assert "accuracy/G3 waterbird/land" in json.loads((folder / "baseline" / "dfr.json").read_text())
