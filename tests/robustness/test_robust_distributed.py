@@ -4,7 +4,6 @@ the weights and the GroupDRO state of the same run on one process (SGD: float32 
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from safetensors.torch import load_file
