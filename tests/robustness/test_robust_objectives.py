@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
+from rightreasons.data import load_dataset
 from rightreasons.engine import Step
+from rightreasons.models import create_model
 from rightreasons.robustness import GroupDRO, balanced_subset, inverse_size_weights, weighted_mean
 from rightreasons.robustness import dfr
 
@@ -141,3 +143,13 @@ def test_fit_logistic_separates_separable_data_and_a_strong_l1_penalty_zeroes_th
     assert ((x @ weight.T + bias).argmax(1) == y).all()
     weight, _ = dfr.fit_logistic(x, y, 2, c=1e-4, iterations=300)
     assert torch.count_nonzero(weight) == 0
+
+
+@pytest.mark.parametrize("name", ["resnet18", "bcos_cifar10_resnet20", "bcos_vgg11"])
+def test_dfr_features_are_the_classifiers_pooled_input_of_every_family(name):
+    model = create_model(name, num_classes=2).eval()
+    images = load_dataset("synthetic-birds", None, "val", n=4, seed=1)
+    features, labels, groups = dfr.extract_features(model, images, 32)
+    last = [m for m in model.get_classifier().modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))][-1]
+    assert features.shape == (4, getattr(last, "in_channels", getattr(last, "in_features", None)))  # VGG: 4096
+    assert labels.tolist() == [g // 2 for g in groups.tolist()]  # group = 2·y + place
