@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 #: rank of each part of the package; a module may import modules of a lower rank, or of its own top-level part. The
 #: rule of the floor plan: the features (classification, which guidance and distillation build on) sit above the
 #: engine, the engine above the kit (models, explanations, data, metrics, reporting), and no two features of one rank
-#: import each other.
+#: import each other. Robustness sits above guidance: its study sets box guidance beside the group-robustness methods.
 LAYERS: dict[str, float] = {
     "errors": -1, "version": -1, "faults": -1, "console": -1, "choices": -1,
     "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "plotting": 0.5,
@@ -31,7 +31,7 @@ LAYERS: dict[str, float] = {
     "reporting": 4.5,
     "engine": 5,
     "classification": 6,
-    "guidance": 7, "distill": 7,
+    "guidance": 7, "distill": 7, "robustness": 7.5,
     "apps": 8,
     "__main__": 9, "": 8,  # "" is the package itself (the public API facade)
 }

@@ -2,7 +2,8 @@
 
 Importing this module imports the features, so that each registers its task with the engine
 (:func:`rightreasons.engine.register_task`): ``train`` (:mod:`rightreasons.classification`), ``guide``
-(:mod:`rightreasons.guidance`) and ``distill`` (:mod:`rightreasons.distill`). A new feature adds its package here.
+(:mod:`rightreasons.guidance`), ``distill`` (:mod:`rightreasons.distill`) and ``robust``
+(:mod:`rightreasons.robustness`). A new feature adds its package here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from .. import classification, distill, guidance  # noqa: F401  (each registers its task)
+from .. import classification, distill, guidance, robustness  # noqa: F401  (each registers its task)
 from ..config import apply_overrides, from_dict, read_config
 from ..data import load_dataset
 from ..engine import TrainConfig, get_task, task_for_keys

@@ -41,15 +41,18 @@ def resolve_classification_loss(kind: str, bcos: bool, multilabel: bool) -> Lite
 
 
 def classification_loss(logits: Tensor, labels: Tensor, kind: Literal["bce", "ce"],
-                        uniform_off_labels: bool = False) -> Tensor:
-    """Mean classification loss of ``logits [N, K]`` against multi-hot ``labels [N, K]``."""
+                        uniform_off_labels: bool = False, per_sample: bool = False) -> Tensor:
+    """Mean classification loss of ``logits [N, K]`` against multi-hot ``labels [N, K]``, or with ``per_sample``
+    each sample's loss ``[N]`` (BCE: the mean over its classes), whose mean is the mean loss."""
     if logits.shape != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} must have the same shape")
     if kind == "ce":
-        return F.cross_entropy(logits, labels.argmax(1))
+        return F.cross_entropy(logits, labels.argmax(1), reduction="none" if per_sample else "mean")
     target = labels.to(logits.dtype)
     if uniform_off_labels:
         target = target.clamp(min=1.0 / logits.shape[1])
+    if per_sample:
+        return F.binary_cross_entropy_with_logits(logits, target, reduction="none").mean(1)
     return F.binary_cross_entropy_with_logits(logits, target)
 
 

@@ -40,12 +40,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bcosify": ("rightreasons.apps.cli.bcosify", "convert a standard model into a B-cos model file"),
     "train": ("rightreasons.apps.cli.train", "fine-tune a classifier (no localisation term)"),
     "guide": ("rightreasons.apps.cli.train", "fine-tune with a localisation loss on bounding boxes"),
+    "robust": ("rightreasons.apps.cli.train", "train a classifier with a group-robustness objective (reweighting, "
+                                              "subsampling, GroupDRO, JTT's up-weighting)"),
     "evaluate": ("rightreasons.apps.cli.train", "evaluate a trained model on a split and write all metrics as JSON"),
     "distill": ("rightreasons.apps.cli.distill", "distil a teacher into a student (KD, e²KD, frozen e²KD, AT)"),
     "cache": ("rightreasons.apps.cli.distill", "compute a teacher's logits and explanations once per training image"),
     "analyze": ("rightreasons.apps.cli.distill", "analyses of trained models"),
     "sweep": ("rightreasons.apps.cli.sweep", "run a grid of trainings and write the Pareto report"),
-    "study": ("rightreasons.apps.cli.study", "run a robustness study (guidance over a grid of data variants)"),
+    "study": ("rightreasons.apps.cli.study", "run a robustness study (guidance over a grid of data variants, or beside "
+                                        "the group-robustness methods)"),
     "demo": ("rightreasons.apps.cli.demo", "guide B-cos models on the synthetic Waterbirds-like benchmark and write a "
                                       "report (results.json, report.md, figures)"),
 }

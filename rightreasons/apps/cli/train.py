@@ -1,6 +1,7 @@
-"""``rightreasons train | guide | evaluate``: fine-tune, box-guide and evaluate classifiers from YAML configs.
+"""``rightreasons train | guide | robust | evaluate``: fine-tune, box-guide, train group-robustly and evaluate
+classifiers from YAML configs.
 
-``train`` and ``guide`` need ``--config FILE`` (a run always says what it trains, on which data, into which
+``train``, ``guide`` and ``robust`` need ``--config FILE`` (a run always says what it trains, on which data, into which
 directory) plus ``key.path=value`` overrides (validated: unknown keys are errors). Under ``accelerate launch`` or
 ``torchrun`` every process runs the same command and training uses all of them.
 
@@ -43,7 +44,9 @@ def _add_common(parser: argparse.ArgumentParser, config_required: bool) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     for name, help_text in (("train", "fine-tune a classifier (no localisation term)"),
-                            ("guide", "fine-tune with a localisation loss on bounding boxes")):
+                            ("guide", "fine-tune with a localisation loss on bounding boxes"),
+                            ("robust", "train a classifier with a group-robustness objective (reweighting, "
+                                       "subsampling, GroupDRO, JTT's up-weighting)")):
         p = subparsers.add_parser(name, help=help_text)
         _add_common(p, config_required=True)
         add_resume(p)

@@ -1,0 +1,120 @@
+"""The group-robustness objectives of one training step, and the per-example weights and subsets they rest on.
+
+Every objective turns per-sample losses ``[N]`` of a process's part of the batch into the loss that process
+back-propagates. DDP averages gradients over the ``P`` processes, so a process returns ``P`` times its share of the
+objective of the *global* batch, with every global normaliser (a sum of weights, a group's count) summed across the
+processes (:class:`~rightreasons.engine.Step`): ``P`` processes then train exactly as one process with the global
+batch.
+
+* :func:`weighted_mean` — ``Σ w_i ℓ_i / Σ w_i`` over the global batch: group-balanced reweighting (``w = 1 / n_g``,
+  :func:`inverse_size_weights`) and JTT's up-weighting (``w = λ_up`` on the error set, 1 elsewhere);
+* :func:`balanced_subset` — every non-empty group subsampled to the smallest one's size (Idrissi et al. 2022);
+* :class:`GroupDRO` — online GroupDRO (Sagawa et al. 2020) with its group weights ``q`` as checkpointed state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..engine import Step
+from ..engine.data import mix_seed
+
+__all__ = ["GroupDRO", "balanced_subset", "group_counts", "inverse_size_weights", "weighted_mean"]
+
+
+def group_counts(groups: Tensor, num_groups: int) -> Tensor:
+    """How many examples of ``groups [N]`` (long) fall into each of ``num_groups`` groups: ``[G]`` long."""
+    return torch.bincount(groups, minlength=num_groups)
+
+
+def inverse_size_weights(counts: Tensor) -> Tensor:
+    """``[G]`` float64: ``1 / n_g`` for every group of ``counts [G]`` (0 for an empty group), so that weighting each
+    example by its group's entry gives every group the same total weight."""
+    counts = counts.double()
+    return torch.where(counts > 0, 1.0 / counts.clamp(min=1), torch.zeros_like(counts))
+
+
+def balanced_subset(groups: Tensor, seed: int) -> Tensor:
+    """Sorted indices ``[m·G']`` of ``groups [N]``: ``m`` examples of each of the ``G'`` non-empty groups, ``m`` the
+    smallest non-empty group's size, drawn without replacement by a generator seeded with ``seed`` (the same subset
+    on every process and every resumption)."""
+    chosen = []
+    present = torch.unique(groups)
+    smallest = int(min((groups == g).sum() for g in present))
+    for g in present.tolist():
+        members = (groups == g).nonzero()[:, 0]
+        generator = torch.Generator().manual_seed(mix_seed(seed, g))
+        chosen.append(members[torch.randperm(len(members), generator=generator)[:smallest]])
+    return torch.cat(chosen).sort().values
+
+
+def weighted_mean(losses: Tensor, weights: Tensor, step: Step) -> Tensor:
+    """This process's part of the global batch's ``Σ w_i ℓ_i / Σ w_i`` (``losses``, ``weights`` ``[n]`` of this
+    process's samples), scaled by the process count for DDP's averaging."""
+    weights = weights.to(losses.dtype)
+    total = step.sum_across_processes(weights.sum().detach())
+    return (weights * losses).sum() * step.world_size / total.clamp(min=torch.finfo(losses.dtype).tiny)
+
+
+class GroupDRO:
+    """Online GroupDRO: a distribution ``q`` over groups, moved towards the groups that lose most.
+
+    At every step, with ``L_g`` the mean loss of group ``g`` in the global batch (0 for a group absent from it):
+    ``q_g ← q_g · exp(η · (L_g + C / sqrt(n_g)))``, then ``q ← q / Σ q``; the step minimises ``Σ_g q_g L_g`` with the
+    updated ``q`` (the order of the authors' code). ``n_g`` are the training split's group sizes; groups without a
+    training example get ``q_g = 0`` for good. ``q`` is state: :meth:`state_dict` / :meth:`load_state_dict` (the
+    task registers it with the accelerator, so checkpoints carry it and a resumed run continues with it).
+
+    Args:
+        counts: ``[G]`` training examples per group.
+        step_size: η.
+        adjustment: the group adjustment ``C`` (0 = none).
+    """
+
+    def __init__(self, counts: Tensor, step_size: float, adjustment: float = 0.0) -> None:
+        self.counts = counts.double()
+        present = self.counts > 0
+        if not present.any():
+            raise ValueError("GroupDRO needs at least one non-empty group")
+        self.step_size = step_size
+        self.adjustment = torch.where(present, adjustment / self.counts.clamp(min=1).sqrt(), torch.zeros_like(
+            self.counts))
+        self.q = present.double() / present.sum()
+
+    def group_losses(self, losses: Tensor, groups: Tensor, step: Step) -> tuple[Tensor, Tensor]:
+        """``(L [G], n [G])``: every group's summed loss in the global batch divided by its global count (0 where it
+        is absent) — differentiable in this process's ``losses [n]`` — and the global counts."""
+        one_hot = torch.nn.functional.one_hot(groups, len(self.q)).to(losses.dtype)  # [n, G]
+        sums = one_hot.T @ losses
+        n = step.sum_across_processes(one_hot.sum(0).detach())
+        global_sums = step.sum_across_processes(sums.detach())
+        # the local part carries the gradient; the other processes' parts enter as constants
+        mean = (sums + (global_sums - sums.detach())) / n.clamp(min=1)
+        return mean, n
+
+    def update(self, group_losses: Tensor) -> None:
+        """One exponentiated-gradient step of ``q`` on the global group losses ``[G]`` (no gradient)."""
+        adjusted = group_losses.detach().double().cpu() + self.adjustment
+        q = self.q * torch.exp(self.step_size * adjusted)
+        self.q = q / q.sum()
+
+    def __call__(self, losses: Tensor, groups: Tensor, step: Step) -> tuple[Tensor, Tensor]:
+        """``(objective, L [G])``: this process's part of ``Σ_g q_g L_g`` (scaled for DDP's averaging) after the
+        update of ``q`` on this step's group losses ``L``."""
+        mean, _ = self.group_losses(losses, groups, step)
+        self.update(mean)
+        objective = (self.q.to(mean) * mean).sum()
+        # DDP averages the P processes' gradients: each holds the global objective's gradient w.r.t. its own samples
+        return objective * step.world_size, mean.detach()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"q": self.q.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        q = torch.as_tensor(state["q"], dtype=torch.float64)
+        if q.shape != self.q.shape:
+            raise ValueError(f"GroupDRO state holds weights for {len(q)} groups, the data has {len(self.q)}")
+        self.q = q

@@ -1,0 +1,110 @@
+"""The robustness study end to end on a tiny grid (every method, one seed) through the CLI: every training selected on
+validation and scored on test, DFR on ERM and on the guided runs, the annotation cost of every method, the
+training-weighted average, the tables and the figure; --dry-run lists every training; the shipped study loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rightreasons.apps.cli import main
+from rightreasons.config import load_config
+from rightreasons.data import load_dataset
+from rightreasons.robustness.study import RobustnessStudy
+
+TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_epochs": 1, "guided_epochs": 1,
+                   "train_images": 32, "test_images": 16, "min_annotated_per_batch": 2},
+        "seeds": 1, "correlation": [0.75], "difficulty": [0.5], "image_size": [32], "annotated_fraction": [0.125],
+        "robust": [{"name": "reweight", "method": "reweight"}, {"name": "subsample", "method": "subsample"},
+                   {"name": "groupdro", "method": "groupdro", "adjustment": 1.0},
+                   {"name": "jtt", "method": "jtt", "first_stage_epochs": 1, "upweight": 3.0}],
+        "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}, {"name": "l1", "loss": "l1", "weight": 1.0}],
+        "dfr_retrains": 2}
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory) -> tuple[Path, dict]:
+    folder = tmp_path_factory.mktemp("robustness-study")
+    (folder / "study.yaml").write_text(yaml.safe_dump(TINY))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["--quiet", "study", "robustness", str(folder / "study.yaml"), "--out", str(folder / "out")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return folder / "out", json.loads((folder / "out" / "study.json").read_text())
+
+
+def test_every_method_is_trained_selected_on_validation_and_scored(tiny_study):
+    out, results = tiny_study
+    methods = [(r["method"], r["fraction"]) for r in results["records"]]
+    assert methods == [("baseline", None), ("baseline+dfr", None), ("reweight", None), ("subsample", None),
+                       ("groupdro", None), ("jtt", None), ("energy", 0.125), ("energy+dfr", 0.125), ("l1", 0.125),
+                       ("l1+dfr", 0.125)]
+    folder = out / "corr0.75-diff0.5-data0-32px" / "seed-0"
+    stage1 = json.loads((folder / "jtt-stage1" / "summary.json").read_text())["config"]
+    jtt = json.loads((folder / "jtt" / "summary.json").read_text())["config"]
+    assert stage1["checkpoint"]["export"] == "last" and "robustness" not in stage1
+    assert jtt["robustness"] == {**jtt["robustness"], "method": "upweight", "upweight": 3.0,
+                                 "error_set_from": str(folder / "jtt-stage1")}
+    for record in results["records"]:
+        assert record["worst_group_accuracy"] <= record["weighted_accuracy"] + 1e-9
+        assert record["worst_group_accuracy"] <= record["accuracy"] + 1e-9
+    dfr = json.loads((folder / "baseline" / "dfr.json").read_text())
+    assert str(dfr["c"]) in dfr["selection"] and "accuracy/G3 waterbird/land" in dfr
+
+
+def test_annotation_cost_and_training_weighted_average(tiny_study):
+    out, results = tiny_study
+    cost = {r["method"]: (r["group_labels"], r["boxes"]) for r in results["records"]}
+    assert cost["baseline"] == (0, 0) and cost["jtt"] == (0, 0)  # JTT trains without group labels
+    assert cost["reweight"] == cost["groupdro"] == cost["subsample"] == (32, 0)
+    assert cost["baseline+dfr"] == (32, 0)  # DFR trains on the validation split's group labels (32 images)
+    assert cost["energy"] == (0, 4) and cost["energy+dfr"] == (32, 4)
+    folder = out / "corr0.75-diff0.5-data0-32px" / "seed-0"
+    test = json.loads((folder / "baseline" / "test.json").read_text())
+    train = load_dataset("synthetic-birds", None, "train", n=32, correlation=0.75, difficulty=0.5, seed=0, size=32)
+    p = torch.bincount(train.groups, minlength=4).double() / len(train)
+    expected = sum(p[g].item() * test[f"accuracy/{name}"] for g, name in enumerate(train.group_names))
+    assert results["records"][0]["weighted_accuracy"] == pytest.approx(expected)
+    table = (out / "study.md").read_text()
+    assert "| worst group | mean | train-weighted | EPG | group labels | box images |" in table
+    assert "| baseline+dfr |" in table and "n/a" in table
+    assert (out / "study.png").stat().st_size > 0 and (out / "study.csv").is_file()
+
+
+def test_dry_run_lists_every_training_and_the_shipped_study_loads(tmp_path, capsys):
+    shipped = Path(__file__).resolve().parents[2] / "configs" / "studies" / "robustness.yaml"
+    study = load_config(RobustnessStudy, shipped)
+    trainings, fits = study.dry_run()
+    per_seed = 1 + 3 + 2 + 2 * 2  # ERM, reweight/subsample/GroupDRO, JTT's two stages, 2 losses × 2 fractions
+    assert len(trainings) == 2 * 3 * per_seed and len(fits) == 2 * 3 * (1 + 4)
+    assert main(["study", "robustness", str(shipped), "--out", str(tmp_path), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{len(trainings)} trainings and {len(fits)} DFR fits:")
+    assert all(line in printed for line in trainings + fits) and not any(tmp_path.iterdir())
+
+
+def test_the_study_runs_on_the_waterbirds100_layout(tmp_path, write_waterbirds):
+    """A Waterbirds-100 folder as the data: every method trains on it and DFR sees every group of the validation
+    split."""
+    rows = [(f"img/{split}-{i}.jpg", g // 2, g % 2, split, (4, 4, 20, 16))
+            for split, n in ((0, 16), (1, 16), (2, 8)) for i, g in enumerate(list(range(4)) * (n // 4))]
+    root = write_waterbirds(tmp_path / "waterbirds", rows)
+    study = {**TINY, "waterbirds_root": str(root), "recipe": {**TINY["recipe"], "train_images": None},
+             "robust": [{"name": "groupdro", "method": "groupdro"}, {"name": "jtt", "method": "jtt"}],
+             "methods": [TINY["methods"][0]]}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    assert main(["--quiet", "study", "robustness", str(tmp_path / "study.yaml"), "--out", str(tmp_path / "out")]) == 0
+    results = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert [r["method"] for r in results["records"]] == ["baseline", "baseline+dfr", "groupdro", "jtt", "energy",
+                                                         "energy+dfr"]
+    folder = tmp_path / "out" / "waterbirds100-32px" / "seed-0"
+    config = json.loads((folder / "groupdro" / "summary.json").read_text())["config"]["data"]
+    assert config["name"] == "waterbirds100" and config["root"] == str(root)
+    assert config["options"] == {"train_like_val": False}
+    assert "accuracy/G3 waterbird/land" in json.loads((folder / "baseline" / "dfr.json").read_text())
