@@ -26,25 +26,22 @@ RobustMethod = Literal[METHODS]  # type: ignore[valid-type]
 
 @dataclass
 class RobustnessConfig:
-    """Which group-robustness objective trains the classifier (:mod:`rightreasons.robustness.objectives`).
-
-    * ``reweight`` — every example's loss weighted by ``1 / n_g`` (``n_g``: its group's size in the training split);
-      needs group labels on every training image.
-    * ``subsample`` — every group subsampled (once, with the run's seed) to the size of the smallest non-empty group;
-      needs group labels on every training image.
-    * ``groupdro`` — online GroupDRO (Sagawa et al. 2020): group weights ``q`` updated by exponentiated gradient with
-      ``step_size`` η on the group losses plus ``adjustment / sqrt(n_g)`` (the group adjustment ``C``); needs group
-      labels on every training image.
-    * ``upweight`` — the second stage of JTT (Liu et al. 2021): the training images that the finished run
-      ``error_set_from`` (the first stage, an ERM run) misclassifies get loss weight ``upweight`` (λ_up), the others 1;
-      no group labels in training.
-    """
+    """Which group-robustness objective trains the classifier (:mod:`rightreasons.robustness.objectives`)."""
 
     method: RobustMethod = "reweight"
+    """`reweight`: every example's loss weighted by `1 / n_g` (its group's size in the training split);
+    `subsample`: every group subsampled once (with the run's seed) to the smallest non-empty group's size;
+    `groupdro`: online GroupDRO (Sagawa et al. 2020); `upweight`: JTT's second stage (Liu et al. 2021). All but
+    `upweight` need the group of every training image."""
     step_size: float = 0.01
+    """GroupDRO's η: group weights `q ← q · exp(η · (L_g + C / √n_g))`, normalised, after every step."""
     adjustment: float = 0.0
+    """GroupDRO's group adjustment `C`, added as `C / √n_g` to the loss of group g (favours small groups)."""
     error_set_from: str | None = None
+    """JTT: the finished first-stage (ERM) run, a run directory or model file; the training images it misclassifies
+    form the error set. Only with `method: upweight`."""
     upweight: float = 6.0
+    """JTT's λ_up: the loss weight of the error set's images (the others weigh 1)."""
 
     def __post_init__(self) -> None:
         expect(self.step_size > 0, "step_size", self.step_size, "a step size > 0 (GroupDRO's η, e.g. 0.01)")
