@@ -244,7 +244,7 @@ def activation_memory(settings: Settings) -> list[Row]:
     """Activations held for the backward of a training step: B-cos ResNet-50 (plain; guided at input, mid2, final)
     vs torchvision's ResNet-50 (plain), the same images (B-cos: the 6-channel encoding); at batch 2, and per image
     (batch 2 minus batch 1: what a large batch approaches, without the weights). Deterministic."""
-    size = 32 if settings.quick else 224
+    size = 64 if settings.quick else 224  # batch 1 at 32 px leaves torchvision's last BatchNorm one value per channel
     bcos = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
     standard_model = _standard_resnet50(settings.device)
     held: dict[str, list[int]] = {}

@@ -142,8 +142,11 @@ def _vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, wrt: Seque
 
 
 def _autocast_state(t: Tensor) -> tuple[str, torch.dtype, bool]:
-    """The autocast setting in force for ``t``'s device (a backward runs outside the forward's autocast block)."""
+    """The autocast setting in force for ``t``'s device (a backward runs outside the forward's autocast block); off
+    for devices without autocast (``meta``: shapes only)."""
     device = t.device.type
+    if not torch.amp.is_autocast_available(device):
+        return "cpu", torch.get_autocast_dtype("cpu"), False
     return device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device)
 
 

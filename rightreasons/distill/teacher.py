@@ -3,6 +3,7 @@ written for (:func:`cache_setting`) and writing that cache (:func:`write_teacher
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from torch import Tensor, nn
 from ..data import eval_transform, load_dataset
 from ..engine.launch import start_checks, use_cpu
 from ..errors import CacheError, TrainingError, UsageError
-from ..fileio import DirectoryLock, writable_directory
+from ..fileio import LOCK_FILE, DirectoryLock, writable_directory
 from ..explain import attribute, layer_for
 from ..models import capabilities, create_model, model_file, resolve_architecture
 from .cache import weights_fingerprint, write_cache
@@ -77,9 +78,15 @@ def write_teacher_cache(config: DistillConfig, out: str | Path, *, batch_size: i
     process holds the lock of ``out`` (:class:`~rightreasons.fileio.DirectoryLock`) until the cache is written."""
     state = PartialState(cpu=use_cpu(config.cpu))
     lock = DirectoryLock(out, "cache directory", CacheError)
+    created = not Path(out).exists()
     start_checks(state, lambda: (writable_directory(out, "cache directory"), lock.acquire()))
     try:
         return _write_teacher_cache(config, out, state, batch_size, shard_size)
+    except BaseException:
+        lock.release()
+        if created and state.is_main_process and {p.name for p in Path(out).iterdir()} <= {LOCK_FILE}:
+            shutil.rmtree(out)  # a refused start leaves nothing behind: the directory held only its lock
+        raise
     finally:
         lock.release()
 

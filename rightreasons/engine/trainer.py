@@ -86,7 +86,7 @@ from tqdm.auto import tqdm
 from ..config import diff_configs, to_dict
 from ..console import count
 from ..data import collate
-from ..errors import DivergenceError, RightReasonsError, TrainingError, UsageError
+from ..errors import DivergenceError, NonFiniteError, RightReasonsError, TrainingError, UsageError
 from ..faults import boundary
 from ..fileio import (DirectoryLock, read_json_object, remove_tree, require_free_space, writable_directory,
                       write_json_atomic)
@@ -469,7 +469,10 @@ class Trainer:
 
     def _after_epoch(self) -> None:
         boundary("train: validation")
-        results = self.evaluate()
+        try:
+            results = self.evaluate()
+        except NonFiniteError as e:  # the model's outputs: the run has diverged
+            raise self._diverged(f"validation: {e}", self.position.step) from None
         non_finite = {k: v for k, v in results.items() if isinstance(v, float) and not math.isfinite(v)}
         if non_finite:
             raise self._diverged("validation gave non-finite " + ", ".join(f"{k}={v}" for k, v in non_finite.items()),

@@ -25,6 +25,7 @@ def test_the_synthetic_config_hint_distils_a_teacher_trained_by_rightreasons(tmp
             for a in argv[1:]]
     assert main(argv) == 0
     summary = json.loads((tmp_path / "runs" / "distill-synthetic" / "summary.json").read_text())
-    assert summary["config"]["teacher"] == {"name": None, "checkpoint": "runs/teacher/model.safetensors",
-                                            "pretrained": False, "kwargs": {}}
+    # the run directory names the teacher; its architecture comes from the file (the config's kwargs agree with it)
+    assert summary["config"]["teacher"] == {"name": None, "checkpoint": "runs/teacher", "pretrained": False,
+                                            "kwargs": {"num_classes": 2}}
     assert summary["steps"] == 4 and "agreement" in summary["history"][-1]

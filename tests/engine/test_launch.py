@@ -58,7 +58,7 @@ def test_a_second_run_into_the_output_directory_of_a_running_one_is_refused(tmp_
         assert main(args) == 2
         error = capsys.readouterr().err
         assert f"error: output directory {tmp_path / 'run'} is in use by another run (process {first.pid} on host" \
-               in error and "choose another output_dir" in error
+               in error and "choose another directory" in error
         assert first.poll() is None  # the first run goes on
         log = tmp_path / "run" / "metrics.jsonl"
         while not (log.is_file() and log.stat().st_size):  # training: SIGTERM now means pre-emption

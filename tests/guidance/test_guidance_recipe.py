@@ -25,7 +25,7 @@ def test_a_recipe_built_in_code_is_validated_like_a_config_file():
     """Sections built in code are checked as a YAML file would be: types, literals and ranges, named by key."""
     with pytest.raises(ConfigError, match=r"guidance\.loss: 'lasso' is not one of"):
         GuidedRun(output_dir="o", guidance=GuidanceConfig(loss="lasso")).config()
-    with pytest.raises(ConfigError, match=r"optim\.lr: expected a learning rate > 0"):
+    with pytest.raises(ConfigError, match=r"optim\.lr: expected a learning rate in \(0, 100\]"):
         TrainingRun(output_dir="o", lr=0.0).config()
     with pytest.raises(ConfigError, match=r"model\.name: unknown model 'bcos_resnet81'"):
         TrainingRun(output_dir="o", model="bcos_resnet81").config()
