@@ -150,9 +150,11 @@ def describe(cls: type, prefix: str = "") -> list[Key]:
 
 
 def _configs() -> list[tuple[str, str, type]]:
-    """The configs of the page: (heading, command, class), the tasks' first."""
+    """The configs of the page: (heading, command, class), the tasks' first — a config before those that extend it,
+    then by command name (not in registration order, which depends on what was imported first)."""
+    names = sorted(task_names(), key=lambda name: (len(get_task(name).config_class.__mro__), name))
     found = [(f"`rightreasons {name}`", f"rightreasons {name} --config FILE", get_task(name).config_class)
-             for name in task_names()]
+             for name in names]
     return found + list(STUDIES)
 
 
