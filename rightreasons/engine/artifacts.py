@@ -22,12 +22,10 @@ from typing import Any
 from ..errors import CheckpointError
 from ..fileio import read_json_object
 from .checkpointing import MANIFEST, STATE_FILE, checkpoint_defect
+from .trainer import MODEL_FILE as WEIGHTS
+from .trainer import SUMMARY
 
 __all__ = ["RunArtifact", "locate_artifact"]
-
-WEIGHTS = "model.safetensors"
-"""The weights file of an exported run and of a checkpoint alike (:data:`rightreasons.models.RUN_MODEL_FILE`)."""
-SUMMARY = "summary.json"
 
 
 @dataclass(frozen=True)
@@ -83,9 +81,8 @@ def locate_artifact(path: str | Path, what: str = "model") -> RunArtifact:
         return _from_checkpoint(path)
     if (path / WEIGHTS).is_file():
         return _from_model_file(path / WEIGHTS)
-    steps = sorted(p.name for p in (path / "checkpoints").glob("step-*")) if (path / "checkpoints").is_dir() else []
-    if path.name == "checkpoints":
-        steps = sorted(p.name for p in path.glob("step-*"))
+    checkpoints = path if path.name == "checkpoints" else path / "checkpoints"
+    steps = sorted(p.name for p in checkpoints.glob("step-*"))
     if steps:
         raise CheckpointError(f"{what} {path}: the run has not finished (no {WEIGHTS}); name one of its checkpoints "
                               f"({', '.join(steps[-3:])}) or continue the run with --resume")

@@ -173,7 +173,7 @@ def save_pngs(out: Path, stem: str, image6: Tensor, weights: Tensor, title: str)
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ...classification.loss import class_probabilities
+    from ...classification.loss import class_probabilities, resolve_classification_loss
     from ...explain import class_name, explain, prediction_caption
     from ...fileio import writable_directory
     from ...metrics.evaluation import require_finite_logits
@@ -187,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
     caps = capabilities(model)
     target = target_class(args.target, caps.classes, caps.num_classes)
     size = args.size or (config.data.image_size if config is not None else 224)
-    link = LINKS[args.probability] if args.probability else \
-        "bce" if config is None or config.loss.classification == "auto" else config.loss.classification
+    link = LINKS[args.probability] if args.probability else "bce" if config is None else \
+        resolve_classification_loss(config.loss.classification, caps.bcos, multilabel=False)
     x = load_images(paths, size, caps.encoding).to(device)
     writable_directory(args.out, "--out")
     for path, stem, xi in zip(paths, _output_stems(paths), x):

@@ -31,7 +31,6 @@ if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when th
 
 logger = logging.getLogger(__name__)
 
-SUMMARY = "summary.json"
 
 
 def _add_common(parser: argparse.ArgumentParser, config_required: bool) -> None:
@@ -82,6 +81,7 @@ def run_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, Pat
     :func:`~rightreasons.engine.artifacts.locate_artifact`) with ``overrides``, and the file it was read from;
     :class:`UsageError` for a model file without its run's summary."""
     from ...engine.artifacts import locate_artifact
+    from ...engine.trainer import SUMMARY
     from ..tasks import trained_config
 
     artifact = locate_artifact(checkpoint, "--checkpoint")
