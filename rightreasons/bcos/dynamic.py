@@ -27,10 +27,11 @@ the product's inputs, and the second backward recomputes what it needs. Gradient
 taken by autograd, so they are exact to every order; a B-cos network holds about as much for its backward as a
 standard one (``make bench``, ``activation-memory``).
 
-The switch is read when the backward runs, so :func:`dynamic_apply` is excluded from ``torch.compile`` tracing
-(``torch.compiler.disable``): TorchDynamo would otherwise trace the backward once, with the switch as it was at
-compile time, and a compiled model's explanations would silently include the dynamic weights' gradients. The
-exclusion costs a fraction of a microsecond per call in eager mode.
+**torch.compile.** The switch is read when the backward runs, which a traced graph cannot do. So a product is traced
+as its plain computation only while its switch is off (the switch is a guard: entering explanation mode never reuses
+such a graph); AOTAutograd's partitioner then decides what to store and what to recompute, and a compiled B-cos network
+has no graph break. :func:`explanation_mode` runs compiled models eagerly (``torch.compiler.set_stance``), so their
+explanations and second-order gradients are exactly those of the eager model.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class _Elementary:
         return tuple(_reduce_to(fn(), t.shape) for fn, t, need in zip(grads, tensors, wrt) if need)
 
 
+_ELEMENTARY = {name: _Elementary(name) for name in ("mul", "div", "matmul")}
+
+
 @dataclass(frozen=True)
 class _Spec:
     """How a product is computed from its tensors ``(x, *weight_inputs, *extras)``."""
@@ -155,6 +159,20 @@ def _autocast(state: tuple[str, torch.dtype, bool]) -> torch.autocast:
     return torch.autocast(device, dtype, enabled=enabled)
 
 
+def _needed(ctx, tensors: Sequence[Tensor | None], needs_input_grad: Sequence[bool]) -> tuple[bool, ...]:
+    """Which of a function's ``tensors`` the running backward wants a gradient for: those that require one and whose
+    gradient the engine will use. ``autograd.grad(out, x)`` uses none for the parameters, which an explanation's
+    backward would otherwise compute and drop (the weight gradient of every convolution)."""
+    nodes = iter(node for node, _ in ctx.next_functions)  # one per tensor argument, in order
+    needed = []
+    for t, need in zip(tensors, needs_input_grad):
+        node = None if t is None else next(nodes)
+        # the engine cannot say for a leaf inside autograd.grad; products take their leaves as views (dynamic_apply)
+        needed.append(need and node is not None and (node.name() == "torch::autograd::AccumulateGrad"
+                                                     or torch._C._will_engine_execute_node(node)))
+    return tuple(needed)
+
+
 class _DynamicProduct(torch.autograd.Function):
     """``spec.evaluate(tensors)`` whose backward gives no gradient to the weight inputs while its switch is active."""
 
@@ -168,11 +186,11 @@ class _DynamicProduct(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # noqa: D102
-        spec, explaining = ctx.spec, ctx.switch.active
+        spec, explaining, tensors = ctx.spec, ctx.switch.active, ctx.saved_tensors
         wrt = tuple(need and not (explaining and spec.is_weight_input(i))
-                    for i, need in enumerate(ctx.needs_input_grad[2:]))
+                    for i, need in enumerate(_needed(ctx, tensors, ctx.needs_input_grad[2:])))
         with _autocast(ctx.autocast):  # recompute in the forward's precision
-            grads = iter(_DynamicVjp.apply(spec, wrt, grad, *ctx.saved_tensors))
+            grads = iter(_DynamicVjp.apply(spec, wrt, grad, *tensors))
         return None, None, *(next(grads) if need else None for need in wrt)
 
 
@@ -193,7 +211,7 @@ class _DynamicVjp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_grads: Tensor | None):  # noqa: D102
         grad, *tensors = ctx.saved_tensors
-        needs = ctx.needs_input_grad[2:]
+        needs = _needed(ctx, (grad, *tensors), ctx.needs_input_grad[2:])
         connected = torch.is_grad_enabled()  # a third order: keep this backward differentiable too
         with torch.enable_grad(), _autocast(ctx.autocast):
             slots = [_leaf(t, t is not None and t.is_floating_point(), connected) for t in (grad, *tensors)]
@@ -205,7 +223,6 @@ class _DynamicVjp(torch.autograd.Function):
         return None, None, *(next(result, None) if need else None for need in needs)
 
 
-@torch.compiler.disable  # the switch must be read at backward time, not baked in when compiling (module docstring)
 def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: ExplanationSwitch,
                   product: Product | ProductFn = "mul", extras: Sequence[Tensor | None] = ()) -> Tensor:
     """Apply a dynamic weight to ``x``: ``weight * x`` (broadcasting), ``x / weight`` (a norm's std), ``weight @ x``,
@@ -222,12 +239,20 @@ def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: Explana
     """
     recomputed = isinstance(weight, Recomputed)
     inputs = weight.inputs if recomputed else () if weight is None else (weight,)
-    spec = _Spec(weight.fn if recomputed else None, _Elementary(product) if isinstance(product, str) else product,
+    spec = _Spec(weight.fn if recomputed else None, _ELEMENTARY[product] if isinstance(product, str) else product,
                  len(inputs))
     tensors = (x, *inputs, *extras)
-    if not any(t is not None and t.requires_grad for t in tensors):
+    if (torch.compiler.is_compiling() and not switch.active
+            or not any(t is not None and t.requires_grad for t in tensors)):
         return spec.evaluate(tensors)
-    return _DynamicProduct.apply(spec, switch, *tensors)
+    return _dynamic_product(spec, switch, tensors)
+
+
+@torch.compiler.disable  # reached while compiling only in explanation mode, which runs eagerly (module docstring)
+def _dynamic_product(spec: _Spec, switch: ExplanationSwitch, tensors: tuple[Tensor | None, ...]) -> Tensor:
+    # leaves (parameters) enter as views, whose nodes the engine can tell to be needed or not (``_needed``)
+    views = (t.view_as(t) if t is not None and t.is_leaf and t.requires_grad else t for t in tensors)
+    return _DynamicProduct.apply(spec, switch, *views)
 
 
 class DynamicLinear(nn.Module):
@@ -260,6 +285,9 @@ def explanation_mode(model: nn.Module) -> Iterator[nn.Module]:
     Inside, ``torch.autograd.grad(logit, x, create_graph=True)`` returns the dynamic linear map ``W(x)`` (the
     explanation); a loss on it, back-propagated *after* the block, reaches every parameter with exact gradients.
     Forward values are identical inside and outside. Nesting is allowed; the previous state is restored on exit.
+    A compiled model runs eagerly inside; its forward must run inside the block too, or eagerly
+    (``torch.compiler.set_stance("force_eager")``, as :func:`~rightreasons.explain.attribute` does), since a compiled
+    graph traced with the switch off cannot hold the dynamic weights constant.
 
     Example::
 
@@ -275,7 +303,8 @@ def explanation_mode(model: nn.Module) -> Iterator[nn.Module]:
     for s in switches:
         s.active = True
     try:
-        yield model
+        with torch.compiler.set_stance("force_eager"):  # a compiled model explains as its eager self (module doc)
+            yield model
     finally:
         for s, p in zip(switches, previous):
             s.active = p

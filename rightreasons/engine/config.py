@@ -175,6 +175,12 @@ class TrainConfig:
     """`no`: float32 throughout; `bf16`: forward passes under bfloat16 autocast (accelerate's mixed
     precision; needs a device with bfloat16 support, e.g. a GPU since Ampere), weights and optimiser state in float32.
     The only two values accepted."""
+    compile: Literal["no", "inductor", "aot_eager"] = "no"
+    """`torch.compile` the model with this backend (through accelerate): `inductor` generates fused kernels (the
+    speed-up), `aot_eager` only traces (a quick check that a model compiles). A B-cos network compiles without a graph
+    break. Explanations (guided and e²KD steps, `explain`) run the compiled model eagerly, since AOTAutograd's graphs
+    have no second backward, so only plain forward and backward passes get faster. The first step pays the compile
+    time (minutes for a ResNet-50 on the CPU)."""
     max_steps: int | None = None
     """Stop after this many optimiser steps (a smoke test or a time budget); the schedule still spans `optim.epochs`.
     null: train all epochs."""

@@ -78,7 +78,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import set_seed
+from accelerate.utils import TorchDynamoPlugin, set_seed
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -235,7 +235,8 @@ class Trainer:
             cpu=use_cpu(config.cpu), mixed_precision=config.mixed_precision,
             gradient_accumulation_steps=config.optim.grad_accumulation,
             dataloader_config=DataLoaderConfiguration(split_batches=True),
-            log_with="tensorboard" if self.tensorboard else None, project_dir=str(self.output_dir))
+            log_with="tensorboard" if self.tensorboard else None, project_dir=str(self.output_dir),
+            dynamo_plugin=TorchDynamoPlugin(backend=config.compile))
         self.lock = DirectoryLock(self.output_dir, error=TrainingError)  # held by the main process until the run ends
         start_checks(self.accelerator, lambda: (_preflight(self.output_dir), self.lock.acquire()))
         weakref.finalize(self, self.lock.release)

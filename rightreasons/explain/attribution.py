@@ -18,7 +18,8 @@ The methods and what each returns are declared in :mod:`rightreasons.explain.met
   for the B-cos methods with exact second-order gradients.
 
 Wrapped models (DDP, ``DataParallel``, ``torch.compile``) are explained like the bare model; the forward pass runs
-through the wrapper.
+through the wrapper, a compiled one eagerly (``torch.compiler.set_stance``): AOTAutograd's graphs have no second
+backward, and the hooks that capture a layer are added after compiling.
 """
 
 from __future__ import annotations
@@ -131,7 +132,8 @@ def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: 
     spec = get_method(method)
     riemann = _check(model, spec, layer, steps)
     module = resolve_layer(model, layer)
-    with torch.enable_grad():  # also inside an evaluation loop's no_grad block
+    # enable_grad: also inside an evaluation loop's no_grad block; force_eager: a compiled model too (module docstring)
+    with torch.enable_grad(), torch.compiler.set_stance("force_eager"):
         if module is None and not x.requires_grad:
             x = x.detach().requires_grad_(True)
         with capture_outputs(model, [] if module is None else [layer], differentiable=True) as captured:

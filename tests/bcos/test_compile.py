@@ -1,0 +1,88 @@
+"""``torch.compile`` of B-cos layers: no graph break, a train step equal to eager, and explanations (with their
+second-order gradients) equal to eager, because explanation mode runs a compiled model eagerly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+
+from rightreasons.bcos import BcosConv2d, BcosLinear, DynamicGELU, explanation_mode, norms
+from rightreasons.explain import attribute
+
+from conftest import NORM_CLASSES, _build_norm, _is_token_norm
+
+
+def tiny_network(norm_classes: list[type]) -> nn.Module:
+    """Every kind of dynamic-linear product: B-cos units (one with MaxOut), each of ``norm_classes``, a GELU gate, a
+    B-cos linear layer on pooled features. ``[N, 6, 8, 8] -> [N, 3]``."""
+    layers = [BcosConv2d(6, 8, 3, padding=1)]
+    for norm_class in norm_classes:
+        norm = _build_norm(norm_class, 8)
+        if _is_token_norm(norm_class):  # token norms act on [N, T, C]: run them on the pixels as tokens
+            norm = nn.Sequential(nn.Flatten(2), _Transpose(), norm, _Transpose(), nn.Unflatten(2, (8, 8)))
+        layers.append(norm)
+    return nn.Sequential(*layers, DynamicGELU(), BcosConv2d(8, 8, 3, padding=1, max_out=2), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), BcosLinear(8, 3))
+
+
+class _Transpose(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_a_b_cos_network_with_every_norm_compiles_without_a_graph_break():
+    torch.manual_seed(0)
+    model = tiny_network(NORM_CLASSES).train()
+    report = torch._dynamo.explain(model)(torch.randn(4, 6, 8, 8))
+    assert report.graph_break_count == 0, report.break_reasons
+    assert report.graph_count == 1
+
+
+def test_a_compiled_train_step_equals_the_eager_one():
+    torch.manual_seed(0)
+    model = tiny_network([norms.BatchNormUncentered2d]).train()
+    compiled = torch.compile(model, backend="aot_eager")
+    x, y = torch.randn(4, 6, 8, 8), torch.tensor([0, 1, 2, 0])
+    grads, outputs = {}, {}
+    for name, net in {"eager": model, "compiled": compiled}.items():
+        model.zero_grad(set_to_none=True)
+        outputs[name] = net(x)
+        nn.functional.cross_entropy(outputs[name], y).backward()
+        grads[name] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    torch.testing.assert_close(outputs["compiled"], outputs["eager"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads["compiled"], grads["eager"], rtol=1e-4, atol=1e-6)
+
+
+def test_explanations_of_a_compiled_model_are_exact_and_need_no_recompile():
+    torch.manual_seed(0)
+    model = tiny_network([norms.BatchNormUncentered2d]).eval()
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.rand(2, 6, 8, 8)
+    compiled(x)  # the plain graph
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    results = {}
+    for name, net in {"eager": model, "compiled": compiled}.items():
+        model.zero_grad(set_to_none=True)
+        got = attribute(net, x, torch.tensor([0, 2]), "bcos", "input", create_graph=True)
+        got.maps.square().sum().backward()  # a loss on the explanation: second-order gradients
+        results[name] = (got.maps.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(results["compiled"][0], results["eager"][0], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(results["compiled"][1], results["eager"][1], rtol=1e-5, atol=1e-7)
+    with explanation_mode(compiled):  # the documented pattern: forward and backward inside the block
+        xx = x.clone().requires_grad_(True)
+        (w,) = torch.autograd.grad(compiled(xx)[:, 1].sum(), xx)
+    with explanation_mode(model):
+        xx = x.clone().requires_grad_(True)
+        (w_eager,) = torch.autograd.grad(model(xx)[:, 1].sum(), xx)
+    torch.testing.assert_close(w, w_eager, rtol=1e-5, atol=1e-7)
+    compiled(x)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames  # no recompilation for explaining
