@@ -34,7 +34,8 @@ class RobustnessConfig:
     `groupdro`: online GroupDRO (Sagawa et al. 2020); `upweight`: JTT's second stage (Liu et al. 2021). All but
     `upweight` need the group of every training image."""
     step_size: float = 0.01
-    """GroupDRO's η: group weights `q ← q · exp(η · (L_g + C / √n_g))`, normalised, after every step."""
+    """GroupDRO's η: group weights `q ← q · exp(η · (L_g + C / √n_g))`, normalised, once per optimiser step (on the
+    group means of the whole accumulated batch with `optim.grad_accumulation`)."""
     adjustment: float = 0.0
     """GroupDRO's group adjustment `C`, added as `C / √n_g` to the loss of group g (favours small groups)."""
     error_set_from: str | None = None

@@ -62,11 +62,21 @@ def weighted_mean(losses: Tensor, weights: Tensor, step: Step) -> Tensor:
 class GroupDRO:
     """Online GroupDRO: a distribution ``q`` over groups, moved towards the groups that lose most.
 
-    At every step, with ``L_g`` the mean loss of group ``g`` in the global batch (0 for a group absent from it):
-    ``q_g ← q_g · exp(η · (L_g + C / sqrt(n_g)))``, then ``q ← q / Σ q``; the step minimises ``Σ_g q_g L_g`` with the
-    updated ``q`` (the order of the authors' code). ``n_g`` are the training split's group sizes; groups without a
-    training example get ``q_g = 0`` for good. ``q`` is state: :meth:`state_dict` / :meth:`load_state_dict` (the
-    task registers it with the accelerator, so checkpoints carry it and a resumed run continues with it).
+    Once per optimiser step, with ``L_g`` the mean loss of group ``g`` over the step's global batch (0 for a group
+    absent from it): ``q_g ← q_g · exp(η · (L_g + C / sqrt(n_g)))``, then ``q ← q / Σ q``; the step minimises
+    ``Σ_g q_g L_g`` with the updated ``q`` (the order of the authors' code). ``n_g`` are the training split's group
+    sizes; groups without a training example get ``q_g = 0`` for good. ``q`` is state: :meth:`state_dict` /
+    :meth:`load_state_dict` (the task registers it with the accelerator, so checkpoints carry it and a resumed run
+    continues with it).
+
+    With gradient accumulation a step's batch is the union of its micro-batches (the calls that share
+    :attr:`~rightreasons.engine.Step.index`): ``q`` takes one step per optimiser step on the group means of the whole
+    accumulated batch — as a batch that large would make it move, so ``η`` means the same with or without
+    accumulation (an update per micro-batch would move ``q`` ``K`` times per parameter step on noisier means and add
+    ``C / sqrt(n_g)`` ``K`` times). A micro-batch cannot wait for the later ones: it minimises with ``q`` updated on
+    the step's micro-batches so far, which for the last one is the step's ``q``. Group losses are summed across
+    processes, so ``q`` is the same on every process; a micro-batch with a non-finite loss (which the trainer skips)
+    leaves ``q`` alone.
 
     Args:
         counts: ``[G]`` training examples per group.
@@ -83,29 +93,42 @@ class GroupDRO:
         self.adjustment = torch.where(present, adjustment / self.counts.clamp(min=1).sqrt(), torch.zeros_like(
             self.counts))
         self.q = present.double() / present.sum()
+        self._start_new_step(None)
 
-    def group_losses(self, losses: Tensor, groups: Tensor, step: Step) -> tuple[Tensor, Tensor]:
-        """``(L [G], n [G])``: every group's summed loss in the global batch divided by its global count (0 where it
-        is absent) — differentiable in this process's ``losses [n]`` — and the global counts."""
+    def _start_new_step(self, index: int | None) -> None:
+        """Open the accumulation window of optimiser step ``index``: ``q`` at its start, its group sums and counts."""
+        self._index, self._start = index, self.q
+        self._sums, self._seen = torch.zeros_like(self.q), torch.zeros_like(self.q)
+
+    def group_losses(self, losses: Tensor, groups: Tensor, step: Step) -> tuple[Tensor, Tensor, Tensor]:
+        """``(L [G], sums [G], n [G])``: every group's summed loss in the global batch divided by its global count (0
+        where it is absent) — differentiable in this process's ``losses [n]`` — and the global sums (no gradient) and
+        counts."""
         one_hot = torch.nn.functional.one_hot(groups, len(self.q)).to(losses.dtype)  # [n, G]
         sums = one_hot.T @ losses
         n = step.sum_across_processes(one_hot.sum(0).detach())
         global_sums = step.sum_across_processes(sums.detach())
         # the local part carries the gradient; the other processes' parts enter as constants
         mean = (sums + (global_sums - sums.detach())) / n.clamp(min=1)
-        return mean, n
+        return mean, global_sums, n
 
-    def update(self, group_losses: Tensor) -> None:
-        """One exponentiated-gradient step of ``q`` on the global group losses ``[G]`` (no gradient)."""
-        adjusted = group_losses.detach().double().cpu() + self.adjustment
-        q = self.q * torch.exp(self.step_size * adjusted)
+    def update(self, sums: Tensor, counts: Tensor, index: int) -> None:
+        """Add a micro-batch's global group loss ``sums [G]`` and ``counts [G]`` to optimiser step ``index`` and set
+        ``q`` to the exponentiated-gradient step from the step's starting ``q`` on the step's group means so far."""
+        if index != self._index:
+            self._start_new_step(index)
+        sums, counts = sums.detach().double().cpu(), counts.detach().double().cpu()
+        if not torch.isfinite(sums).all():
+            return
+        self._sums, self._seen = self._sums + sums, self._seen + counts
+        q = self._start * torch.exp(self.step_size * (self._sums / self._seen.clamp(min=1) + self.adjustment))
         self.q = q / q.sum()
 
     def __call__(self, losses: Tensor, groups: Tensor, step: Step) -> tuple[Tensor, Tensor]:
         """``(objective, L [G])``: this process's part of ``Σ_g q_g L_g`` (scaled for DDP's averaging) after the
-        update of ``q`` on this step's group losses ``L``."""
-        mean, _ = self.group_losses(losses, groups, step)
-        self.update(mean)
+        update of ``q`` on this micro-batch's group losses ``L``."""
+        mean, sums, n = self.group_losses(losses, groups, step)
+        self.update(sums, n, step.index)
         objective = (self.q.to(mean) * mean).sum()
         # DDP averages the P processes' gradients: each holds the global objective's gradient w.r.t. its own samples
         return objective * step.world_size, mean.detach()
@@ -118,3 +141,4 @@ class GroupDRO:
         if q.shape != self.q.shape:
             raise ValueError(f"GroupDRO state holds weights for {len(q)} groups, the data has {len(self.q)}")
         self.q = q
+        self._start_new_step(None)

@@ -11,10 +11,13 @@ resume):
   exporting its last weights, then the up-weighted second stage);
 * every box-guided fine-tuning of the baseline (``methods`` × ``annotated_fraction``, as the guidance study);
 
-then DFR (:mod:`rightreasons.robustness.dfr`) on the baseline and, with ``dfr_on_guided``, on every guided run
-(guidance then DFR). Every training selects its exported checkpoint by ``recipe.select`` on the group-balanced
-validation split; DFR selects its regularisation on half of it; the test split is only scored (``<run>/test.json``,
-DFR's ``<run>/dfr.json``).
+each method once per candidate setting of its hyper-parameters in ``grid`` (every combination; JTT's first stage once
+per ``T``). Every training selects its exported checkpoint by ``recipe.select`` on the group-balanced validation split;
+per method (and box fraction) the setting with the best mean validation score over the seeds is chosen
+(:func:`choose_settings`) and only its runs are scored on the test split (``<run>/test.json``). DFR
+(:mod:`rightreasons.robustness.dfr`) then retrains the last layer of the baseline and, with ``dfr_on_guided``, of the
+chosen guided runs (guidance then DFR), selecting its regularisation on half of the validation split
+(``<run>/dfr.json``). The test split never chooses anything.
 
 Reported per run: worst-group and mean test accuracy, the test group accuracies weighted by the training split's group
 proportions (the average DFR's paper reports), EPG (of B-cos contributions; not for DFR, whose new last layer is not
@@ -24,9 +27,11 @@ training images with boxes. Every method also uses the validation split's group 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,7 +40,7 @@ from typing import Any
 import torch
 
 from ..classification.recipe import TrainingRun
-from ..config import FieldError, expect
+from ..config import FieldError, construct, expect
 from ..console import count
 from ..data import load_dataset
 from ..engine.grid import GridRun, read_summary, run_grid
@@ -50,11 +55,13 @@ from .dfr import deep_feature_reweighting, extract_features, score_last_layer
 from .objectives import group_counts
 from .recipe import RobustRun, RobustVariant
 
-__all__ = ["RobustnessStudy", "run_study", "weighted_accuracy"]
+__all__ = ["RobustnessStudy", "choose_settings", "run_study", "weighted_accuracy"]
 
 logger = logging.getLogger(__name__)
 
 METRICS = ("accuracy", "worst_group_accuracy", "weighted_accuracy", "epg")
+#: the fields of a record that make one cell of the table (seeds and a method's candidate settings are within a cell)
+CELL = (*asdict(DataVariant()), "method", "fraction")
 WATERBIRDS = "waterbirds100"
 #: every group in the validation split: model selection by worst group and DFR's balanced subsets need them
 WATERBIRDS_OPTIONS = {"train_like_val": False}
@@ -88,6 +95,7 @@ class RobustnessStudy:
     annotated_fraction: list[float] = field(default_factory=lambda: [0.01, 0.1])
     methods: list[GuidedVariant] = field(default_factory=lambda: [GuidedVariant("energy", "energy", 5.0),
                                                                   GuidedVariant("l1", "l1", 5.0)])
+    grid: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     dfr_on_guided: bool = True
     dfr_retrains: int = 20
     waterbirds_root: str | None = None
@@ -101,6 +109,14 @@ class RobustnessStudy:
                "values in (0, 1]")
         names = ["baseline", *(m.name for m in self.robust), *(m.name for m in self.methods)]
         expect(len(set(names)) == len(names), "robust", names, "methods with distinct names (also from methods)")
+        for name, axes in self.grid.items():
+            expect(name in names[1:], f"grid.{name}", name,
+                   f"the name of a method of the study ({', '.join(names[1:])})")
+            for key, values in axes.items():
+                expect(key != "name" and len(values) > 0, f"grid.{name}.{key}", values,
+                       "a non-empty list of values of one of the method's hyper-parameters")
+        for method in [*self.robust, *self.methods]:
+            self.settings(method)  # every candidate value is a valid value of its field
         try:
             self.runs(Path("unused"))
         except ConfigError as e:
@@ -140,38 +156,73 @@ class RobustnessStudy:
                 fields = {**asdict(variant), "seed": seed}
 
                 def add(name: str, run: TrainingRun, method: str, fraction: float | None = None,
-                        scored: bool = True) -> None:
+                        scored: bool = True, setting: str = "") -> None:
                     runs.append((GridRun(f"{self.label(variant)} seed {seed} {name}", self.on_data(run).config()),
-                                 {**fields, "method": method, "fraction": fraction, "scored": scored}))
+                                 {**fields, "method": method, "setting": setting, "fraction": fraction,
+                                  "scored": scored}))
 
                 baseline = recipe.run(variant, seed, folder / "baseline")
                 add("baseline", baseline, "baseline")
-                for robust in self.robust:
-                    error_set_from = None
-                    if robust.method == "jtt":
-                        first = TrainingRun(**{**vars(baseline), "output_dir": str(folder / f"{robust.name}-stage1"),
-                                               "epochs": robust.first_stage_epochs, "export": "last"})
-                        add(f"{robust.name} stage 1", first, robust.name, scored=False)
-                        error_set_from = first.output_dir
-                    run = RobustRun(**{**vars(baseline), "output_dir": str(folder / robust.name)},
-                                    robustness=robust.section(error_set_from))
-                    add(robust.name, run, robust.name)
+                stage1: dict[int, str] = {}
+                for method in self.robust:
+                    for label, robust in self.settings(method):
+                        title = " ".join(filter(None, (robust.name, label)))
+                        error_set_from = None
+                        if robust.method == "jtt":
+                            epochs = robust.first_stage_epochs
+                            if epochs not in stage1:
+                                first = TrainingRun(**{**vars(baseline), "epochs": epochs, "export": "last",
+                                                       "output_dir": str(folder / f"{robust.name}-stage1-{epochs}ep")})
+                                add(f"{robust.name} stage 1 ({count(epochs, 'epoch')})", first, robust.name,
+                                    scored=False)
+                                stage1[epochs] = first.output_dir
+                            error_set_from = stage1[epochs]
+                        run = RobustRun(**{**vars(baseline), "output_dir": str(folder / title.replace(" ", "-"))},
+                                        robustness=robust.section(error_set_from))
+                        add(title, run, robust.name, setting=label)
                 for fraction in self.annotated_fraction:
                     for method in self.methods:
-                        run = recipe.run(variant, seed, folder / f"{method.name}-boxes{fraction:g}", method, fraction,
-                                         baseline.model_file)
-                        add(f"{method.name} boxes {fraction:g}", run, method.name, fraction)
+                        for label, guided in self.settings(method):
+                            title = " ".join(filter(None, (guided.name, label)))
+                            run = recipe.run(variant, seed, folder / f"{title.replace(' ', '-')}-boxes{fraction:g}",
+                                             guided, fraction, baseline.model_file)
+                            add(f"{title} boxes {fraction:g}", run, guided.name, fraction, setting=label)
         return runs
 
+    def settings(self, method: Any) -> list[tuple[str, Any]]:
+        """``(label, variant)`` of every candidate setting of ``method`` (a :class:`RobustVariant` or
+        :class:`~rightreasons.guidance.GuidedVariant`): one per combination of its ``grid`` values, labelled by them
+        (``step_size0.1``), or ``method`` itself, labelled ``""``, when the grid has no entry for it."""
+        axes = self.grid.get(method.name, {})
+        candidates = []
+        for values in itertools.product(*axes.values()):
+            changes = dict(zip(axes, values))
+            label = "-".join(f"{key}{value:g}" if isinstance(value, (int, float)) else f"{key}{value}"
+                             for key, value in changes.items())
+            if not set(changes) <= set(asdict(method)):
+                raise FieldError(f"grid.{method.name}", f"{sorted(set(changes) - set(asdict(method)))} are not "
+                                 f"hyper-parameters of {method.name} (it has {', '.join(asdict(method))})")
+            candidates.append((label, construct(type(method), **{**asdict(method), **changes},
+                                                key=f"grid.{method.name}")))
+        return candidates
+
     def dfr_bases(self, runs: Sequence[tuple[GridRun, dict[str, Any]]]) -> list[tuple[GridRun, dict[str, Any]]]:
-        """The runs DFR retrains the last layer of: the baseline and, with ``dfr_on_guided``, the guided ones."""
+        """Those of ``runs`` whose last layer DFR retrains: the baseline and, with ``dfr_on_guided``, the guided ones
+        (:func:`run_study` passes the runs of the chosen settings)."""
         guided = {m.name for m in self.methods}
         return [(r, f) for r, f in runs if f["method"] == "baseline" or (self.dfr_on_guided and f["method"] in guided)]
 
     def dry_run(self) -> tuple[list[str], list[str]]:
-        """The name of every training and of every DFR fit, in order."""
+        """The name of every training and of every DFR fit, in order (a DFR fit of a guided method with several
+        candidate settings retrains the one chosen on validation)."""
         runs = self.runs(Path("."))
-        return [r.name for r, _ in runs], [f"{r.name} + DFR" for r, _ in self.dfr_bases(runs)]
+        fits: dict[tuple[Any, ...], str] = {}
+        for r, f in self.dfr_bases(runs):
+            key = (*(f[k] for k in CELL), f["seed"])
+            fits[key] = f"{r.name} + DFR" if key not in fits else \
+                f"{self.label(DataVariant(*key[:4]))} seed {f['seed']} {f['method']} boxes {f['fraction']:g} " \
+                "(the setting chosen on validation) + DFR"
+        return [r.name for r, _ in runs], list(fits.values())
 
 
 def _cached(path: Path, compute: Any) -> dict[str, Any]:
@@ -183,13 +234,31 @@ def _cached(path: Path, compute: Any) -> dict[str, Any]:
     return result
 
 
+def choose_settings(candidates: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Per cell (data variant, method, box fraction; :data:`CELL`): every candidate setting's mean validation score
+    over the seeds (``candidates``: one record per trained run with ``setting`` and ``validation``) and the chosen
+    one, the best mean (the first in grid order on a tie): ``{"chosen": label, "validation": {label: mean}}``."""
+    by_cell: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    for r in candidates:
+        by_cell.setdefault(tuple(r[k] for k in CELL), {}).setdefault(r["setting"], []).append(r["validation"])
+    choices = {}
+    for key, settings in by_cell.items():
+        means = {label: statistics.fmean(scores) for label, scores in settings.items()}
+        choices[key] = {"chosen": max(means, key=means.__getitem__), "validation": means}
+    return choices
+
+
 def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Train every run of ``study`` into ``out``, fit DFR, score everything on the test split once (kept beside each
-    run) and write ``study.json``, ``study.md``, ``study.csv`` and ``study.png``; returns the results."""
+    """Train every run of ``study`` into ``out``, choose every method's setting on validation
+    (:func:`choose_settings`), fit DFR, score the chosen runs on the test split once (kept beside each run) and write
+    ``study.json``, ``study.md``, ``study.csv`` and ``study.png``; returns the results."""
     out, recipe = writable_directory(out), study.recipe
-    runs = study.runs(out)
+    runs = [(r, f) for r, f in study.runs(out)]
     run_grid([r for r, _ in runs])
-    with_dfr = {r.name for r, _ in study.dfr_bases(runs)}
+    scored = [(r, {**f, "validation": read_summary(r.output_dir)["best"]["score"]}) for r, f in runs if f["scored"]]
+    choices = choose_settings([f for _, f in scored])
+    chosen = [(r, f) for r, f in scored if f["setting"] == choices[tuple(f[k] for k in CELL)]["chosen"]]
+    with_dfr = {r.name for r, _ in study.dfr_bases(chosen)}
     records: list[dict[str, Any]] = []
     splits: dict[tuple[DataVariant, str], Any] = {}
 
@@ -198,9 +267,7 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
             splits[variant, name] = study.load(variant, name)
         return splits[variant, name]
 
-    for grid_run, fields in runs:
-        if not fields["scored"]:
-            continue
+    for grid_run, fields in chosen:
         variant = DataVariant(*(fields[key] for key in asdict(DataVariant())))
         train, val, test = split(variant, "train"), split(variant, "val"), split(variant, "test")
         counts = group_counts(train.groups, len(train.group_names))
@@ -209,8 +276,7 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
         scores = _cached(run_dir / "test.json", lambda: score_on_test(
             run_dir / RUN_MODEL_FILE, test, variant.image_size, device, recipe.batch_size))
         base = {**fields, "boxes": round((fields["fraction"] or 0) * len(train)),
-                "group_labels": robust.group_labels(len(train)) if robust else 0,
-                "validation": read_summary(run_dir)["best"]["score"]}
+                "group_labels": robust.group_labels(len(train)) if robust else 0}
         records.append({**base, **{k: scores[k] for k in ("accuracy", "worst_group_accuracy", "epg")},
                         "weighted_accuracy": weighted_accuracy(scores, train.group_names, counts)})
         if grid_run.name not in with_dfr:
@@ -226,31 +292,35 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
                                                                    recipe.batch_size, device), val.group_names)
             return {"c": fit.c, "selection": {str(c): s for c, s in fit.selection.items()}, **tested}
 
-        scored = _cached(run_dir / "dfr.json", dfr)
+        fit = _cached(run_dir / "dfr.json", dfr)
         records.append({**base, "method": f"{fields['method']}+dfr", "group_labels": len(val),
-                        "validation": scored["selection"][str(scored["c"])], "accuracy": scored["accuracy"],
-                        "worst_group_accuracy": scored["worst_group_accuracy"], "epg": None,
-                        "weighted_accuracy": weighted_accuracy(scored, val.group_names, counts)})
-    rows = summarize(records)
-    results = {"study": asdict(study), "records": records, "rows": rows}
+                        "validation": fit["selection"][str(fit["c"])], "accuracy": fit["accuracy"],
+                        "worst_group_accuracy": fit["worst_group_accuracy"], "epg": None,
+                        "weighted_accuracy": weighted_accuracy(fit, val.group_names, counts)})
+    rows = summarize(records, choices)
+    selection = [{**dict(zip(CELL, key)), **choice} for key, choice in choices.items()]
+    results = {"study": asdict(study), "selection": selection, "records": records, "rows": rows}
     write_json_atomic(out / "study.json", results)
-    fixed = [*asdict(DataVariant()), "seed", "method", "fraction", "group_labels", "boxes"]
+    fixed = [*asdict(DataVariant()), "seed", "method", "setting", "fraction", "group_labels", "boxes"]
     write_csv(out / "study.csv", records, [*fixed, "validation", *METRICS])
     write_text_atomic(out / "study.md", study_markdown(study, rows))
     plot_study(out / "study.png", study, rows)
     return results
 
 
-def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (data variant, method, box fraction): annotation cost and mean ± std over seeds of the validation
-    score and :data:`METRICS` (EPG ``None`` where a method has none)."""
-    keys = (*asdict(DataVariant()), "method", "fraction")
+def summarize(records: Sequence[dict[str, Any]],
+              choices: dict[tuple[Any, ...], dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell (data variant, method, box fraction): its chosen setting, how many it was chosen among
+    (``candidates``; DFR's rows: those of the run it retrains), annotation cost and mean ± std over seeds of the
+    validation score and :data:`METRICS` (EPG ``None`` where a method has none)."""
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in records:
-        cells.setdefault(tuple(r[k] for k in keys), []).append(r)
+        cells.setdefault(tuple(r[k] for k in CELL), []).append(r)
     rows = []
     for key, members in cells.items():
-        row: dict[str, Any] = {**dict(zip(keys, key)), "seeds": len(members),
+        trained = (*key[:-2], key[-2].removesuffix("+dfr"), key[-1])
+        row: dict[str, Any] = {**dict(zip(CELL, key)), "setting": members[0]["setting"],
+                               "candidates": len(choices[trained]["validation"]), "seeds": len(members),
                                "group_labels": members[0]["group_labels"], "boxes": members[0]["boxes"]}
         for metric in ("validation", *METRICS):
             values = [m[metric] for m in members]
@@ -264,25 +334,30 @@ def study_markdown(study: RobustnessStudy, rows: Sequence[dict[str, Any]]) -> st
     r = study.recipe
     table = [{"correlation": row["correlation"], "difficulty": row["difficulty"], "size": row["image_size"],
               "method": row["method"], "boxes": "" if row["fraction"] is None else f"{100 * row['fraction']:g} %",
+              "setting": row["setting"] + (f" (of {row['candidates']})" if row["candidates"] > 1 else ""),
               "worst group": cell(row["worst_group_accuracy"]), "mean": cell(row["accuracy"]),
               "train-weighted": cell(row["weighted_accuracy"]),
               "EPG": "n/a" if row["epg"] is None else cell(row["epg"]), "group labels": row["group_labels"],
               "box images": row["boxes"], f"val. {r.select}": cell(row["validation"])} for row in rows]
-    columns = ["correlation", "difficulty", "size", "method", "boxes", "worst group", "mean", "train-weighted", "EPG",
-               "group labels", "box images", f"val. {r.select}"]
+    columns = ["correlation", "difficulty", "size", "method", "boxes", "setting", "worst group", "mean",
+               "train-weighted", "EPG", "group labels", "box images", f"val. {r.select}"]
+    grid = "; ".join(f"{name}: " + ", ".join(f"{key} ∈ {{{', '.join(f'{v:g}' for v in values)}}}"
+                                             for key, values in axes.items()) for name, axes in study.grid.items())
+    trainings, fits = study.dry_run()
     return "\n".join([
         f"# Robustness study on {DATASET if study.waterbirds_root is None else WATERBIRDS}\n",
-        f"{count(len(study.dry_run()[0]), 'training')}, {count(len(study.dry_run()[1]), 'DFR fit')}, "
-        f"{count(study.seeds, 'seed')}. ERM: {r.model} ({r.model_kwargs}), "
-        f"{count(r.baseline_epochs, 'epoch')}, lr {r.baseline_lr:g}; reweighting, subsampling, GroupDRO and JTT's "
-        f"second stage train with the same schedule; guided runs fine-tune ERM for {count(r.guided_epochs, 'epoch')}, "
-        f"lr {r.guided_lr:g}; "
-        "+dfr: DFR's last layer on that run's features. Every training selects its checkpoint by validation "
-        f"{r.select} (group labels of the validation split, used by every method); DFR chooses its regularisation "
-        "on half of the validation split. Test split, %, mean ± std over seeds. mean: accuracy over the "
-        "(group-balanced) test split; train-weighted: test group accuracies weighted by the training split's group "
-        "proportions (DFR's average). group labels: images whose group label the method trains on (DFR: the "
-        "validation split); box images: training images with boxes.\n",
+        f"{count(len(trainings), 'training')}, {count(len(fits), 'DFR fit')}, {count(study.seeds, 'seed')}. "
+        f"ERM: {r.model} ({r.model_kwargs}), {count(r.baseline_epochs, 'epoch')}, lr {r.baseline_lr:g}; "
+        "reweighting, subsampling, GroupDRO and JTT's second stage train with the same schedule; guided runs "
+        f"fine-tune ERM for {count(r.guided_epochs, 'epoch')}, lr {r.guided_lr:g}; +dfr: DFR's last layer on that "
+        f"run's features. Every training selects its checkpoint by validation {r.select} (group labels of the "
+        "validation split, used by every method). setting: the hyper-parameters chosen among the study's grid "
+        f"({grid or 'none'}) by the best mean validation {r.select} over the seeds (per box share for the guided "
+        "methods; +dfr retrains the chosen run); only the chosen setting's test numbers are reported. DFR chooses "
+        "its regularisation on half of the validation split. Test split, %, mean ± std over seeds. mean: accuracy "
+        "over the (group-balanced) test split; train-weighted: test group accuracies weighted by the training "
+        "split's group proportions (DFR's average). group labels: images whose group label the method trains on "
+        "(DFR: the validation split); box images: training images with boxes.\n",
         markdown_table(table, columns)])
 
 

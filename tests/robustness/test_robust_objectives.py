@@ -15,8 +15,9 @@ from rightreasons.robustness import GroupDRO, balanced_subset, inverse_size_weig
 from rightreasons.robustness import dfr
 
 
-def one_process() -> Step:
-    return Step(torch.Generator(), 1, lambda t: t)
+def one_process(index: int = 0) -> Step:
+    """One process at optimiser step ``index``."""
+    return Step(torch.Generator(), 1, lambda t: t, index=index)
 
 
 class TwoProcesses:
@@ -54,9 +55,46 @@ def test_groupdro_follows_the_exponentiated_gradient_update_by_hand():
     objective.backward()
     assert losses.grad.tolist() == pytest.approx([q[0] / 2, q[0] / 2, q[1], q[3]])
     # the second step starts from the updated q; a group absent from the batch has L_g = 0 (only C / sqrt(n_g) acts)
-    dro(torch.tensor([1.0]), torch.tensor([3]), one_process())
+    dro(torch.tensor([1.0]), torch.tensor([3]), one_process(1))
     raw2 = [q[0] * math.exp(0.5 * 0.5), q[1] * math.exp(0.5 * 1.0), 0.0, q[3] * math.exp(0.5 * (1 + 1 / math.sqrt(2)))]
     assert dro.q.tolist() == pytest.approx([r / sum(raw2) for r in raw2])
+
+
+def test_groupdro_moves_q_once_per_optimiser_step_on_the_accumulated_batch():
+    """With gradient accumulation (micro-batches sharing ``Step.index``) q takes one step per optimiser step on the
+    group means of the whole accumulated batch, as one batch of their union would; each micro-batch minimises with q
+    updated on the micro-batches seen so far (with one micro-batch: the authors' update-then-minimise)."""
+    dro = GroupDRO(torch.tensor([4, 1]), step_size=0.5, adjustment=1.0)
+    adjust = [1 / 2, 1.0]  # C / sqrt(n_g)
+
+    def update(q: list[float], means: list[float]) -> list[float]:
+        raw = [qg * math.exp(0.5 * (m + a)) for qg, m, a in zip(q, means, adjust)]
+        return [r / sum(raw) for r in raw]
+
+    first, _ = dro(torch.tensor([1.0, 3.0]), torch.tensor([0, 1]), one_process(0))
+    q_first = update([0.5, 0.5], [1.0, 3.0])
+    assert dro.q.tolist() == pytest.approx(q_first) and first.item() == pytest.approx(q_first[0] * 1 + q_first[1] * 3)
+    second, _ = dro(torch.tensor([2.0, 1.0, 0.0]), torch.tensor([0, 1, 1]), one_process(0))
+    # the step's group means over both micro-batches: group 0 (1 + 2) / 2, group 1 (3 + 1 + 0) / 3; C acts once
+    q_step = update([0.5, 0.5], [1.5, 4 / 3])
+    assert dro.q.tolist() == pytest.approx(q_step)
+    assert second.item() == pytest.approx(q_step[0] * 2.0 + q_step[1] * 0.5)
+    union = GroupDRO(torch.tensor([4, 1]), step_size=0.5, adjustment=1.0)
+    union(torch.tensor([1.0, 3.0, 2.0, 1.0, 0.0]), torch.tensor([0, 1, 0, 1, 1]), one_process(0))
+    assert dro.q.tolist() == pytest.approx(union.q.tolist())
+    dro(torch.tensor([2.0]), torch.tensor([0]), one_process(1))  # the next optimiser step starts from the step's q
+    assert dro.q.tolist() == pytest.approx(update(q_step, [2.0, 0.0]))
+
+
+def test_groupdro_keeps_q_through_a_non_finite_loss():
+    """A step the trainer skips (non-finite loss) leaves q as it was: q never becomes NaN."""
+    dro = GroupDRO(torch.tensor([2, 2]), step_size=0.5)
+    dro(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]), one_process())
+    before = dro.q.clone()
+    objective, _ = dro(torch.tensor([float("nan"), 1.0]), torch.tensor([0, 1]), one_process(1))
+    assert not torch.isfinite(objective) and torch.equal(dro.q, before)
+    dro(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]), one_process(2))
+    assert torch.isfinite(dro.q).all()
 
 
 def test_groupdro_state_round_trips_and_refuses_another_group_count():

@@ -5,6 +5,7 @@ training-weighted average, the tables and the figure; --dry-run lists every trai
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import yaml
 from rightreasons.apps.cli import main
 from rightreasons.config import load_config
 from rightreasons.data import load_dataset
+from rightreasons.errors import ConfigError
 from rightreasons.robustness.study import RobustnessStudy
 
 TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_epochs": 1, "guided_epochs": 1,
@@ -23,7 +25,7 @@ TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_e
                    {"name": "groupdro", "method": "groupdro", "adjustment": 1.0},
                    {"name": "jtt", "method": "jtt", "first_stage_epochs": 1, "upweight": 3.0}],
         "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}, {"name": "l1", "loss": "l1", "weight": 1.0}],
-        "dfr_retrains": 2}
+        "grid": {"groupdro": {"step_size": [0.01, 1.0]}, "energy": {"weight": [1.0, 5.0]}}, "dfr_retrains": 2}
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +48,39 @@ def test_every_method_is_trained_selected_on_validation_and_scored(tiny_study):
                        ("groupdro", None), ("jtt", None), ("energy", 0.125), ("energy+dfr", 0.125), ("l1", 0.125),
                        ("l1+dfr", 0.125)]
     folder = out / "corr0.75-diff0.5-data0-32px" / "seed-0"
-    stage1 = json.loads((folder / "jtt-stage1" / "summary.json").read_text())["config"]
+    stage1 = json.loads((folder / "jtt-stage1-1ep" / "summary.json").read_text())["config"]
     jtt = json.loads((folder / "jtt" / "summary.json").read_text())["config"]
     assert stage1["checkpoint"]["export"] == "last" and "robustness" not in stage1
     assert jtt["robustness"] == {**jtt["robustness"], "method": "upweight", "upweight": 3.0,
-                                 "error_set_from": str(folder / "jtt-stage1")}
+                                 "error_set_from": str(folder / "jtt-stage1-1ep")}
     for record in results["records"]:
         assert record["worst_group_accuracy"] <= record["weighted_accuracy"] + 1e-9
         assert record["worst_group_accuracy"] <= record["accuracy"] + 1e-9
     dfr = json.loads((folder / "baseline" / "dfr.json").read_text())
     assert str(dfr["c"]) in dfr["selection"] and "accuracy/G3 waterbird/land" in dfr
+
+
+def test_every_grid_setting_trains_and_only_the_one_best_on_validation_is_reported(tiny_study):
+    """Each candidate of the grid trains; the setting with the best validation worst-group accuracy (of the exported
+    checkpoint, mean over seeds) is chosen, and only its run is scored on the test split and reported."""
+    out, results = tiny_study
+    folder = out / "corr0.75-diff0.5-data0-32px" / "seed-0"
+    candidates = {"groupdro": {"step_size0.01": "groupdro-step_size0.01", "step_size1": "groupdro-step_size1"},
+                  "energy": {"weight1": "energy-weight1-boxes0.125", "weight5": "energy-weight5-boxes0.125"}}
+    selection = {r["method"]: r for r in results["selection"]}
+    for method, runs in candidates.items():
+        validation = {label: json.loads((folder / run / "summary.json").read_text())["best"]["score"]
+                      for label, run in runs.items()}
+        assert selection[method]["validation"] == pytest.approx(validation)
+        chosen = max(validation, key=validation.__getitem__)
+        assert selection[method]["chosen"] == chosen
+        assert [(folder / run / "test.json").is_file() for run in runs.values()] == [
+            label == chosen for label in runs]
+        (record,) = [r for r in results["records"] if r["method"] == method]
+        assert record["setting"] == chosen and record["validation"] == validation[chosen]
+        (row,) = [r for r in results["rows"] if r["method"] == method]
+        assert (row["setting"], row["candidates"]) == (chosen, 2)
+    assert f"| {selection['groupdro']['chosen']} (of 2) |" in (out / "study.md").read_text()
 
 
 def test_annotation_cost_and_training_weighted_average(tiny_study):
@@ -81,8 +106,11 @@ def test_dry_run_lists_every_training_and_the_shipped_study_loads(tmp_path, caps
     shipped = Path(__file__).resolve().parents[2] / "configs" / "studies" / "robustness.yaml"
     study = load_config(RobustnessStudy, shipped)
     trainings, fits = study.dry_run()
-    per_seed = 1 + 3 + 2 + 2 * 2  # ERM, reweight/subsample/GroupDRO, JTT's two stages, 2 losses × 2 fractions
+    # ERM, reweight, subsample, GroupDRO × 2 step sizes, JTT: a first stage per T (2) and a second per (T, λ_up)
+    # (4), 2 losses × 2 weights × 2 box shares; DFR on ERM and on the chosen setting of every loss and box share
+    per_seed = 1 + 1 + 1 + 2 + 2 + 4 + 2 * 2 * 2
     assert len(trainings) == 2 * 3 * per_seed and len(fits) == 2 * 3 * (1 + 4)
+    assert sum("jtt stage 1" in t for t in trainings) == 2 * 3 * 2
     assert main(["study", "robustness", str(shipped), "--out", str(tmp_path), "--dry-run"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith(f"{len(trainings)} trainings and {len(fits)} DFR fits:")
@@ -97,7 +125,7 @@ def test_the_study_runs_on_the_waterbirds100_layout(tmp_path, write_waterbirds):
     root = write_waterbirds(tmp_path / "waterbirds", rows)
     study = {**TINY, "waterbirds_root": str(root), "recipe": {**TINY["recipe"], "train_images": None},
              "robust": [{"name": "groupdro", "method": "groupdro"}, {"name": "jtt", "method": "jtt"}],
-             "methods": [TINY["methods"][0]]}
+             "methods": [TINY["methods"][0]], "grid": {}}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     assert main(["--quiet", "study", "robustness", str(tmp_path / "study.yaml"), "--out", str(tmp_path / "out")]) == 0
     results = json.loads((tmp_path / "out" / "study.json").read_text())
@@ -108,3 +136,17 @@ def test_the_study_runs_on_the_waterbirds100_layout(tmp_path, write_waterbirds):
     assert config["name"] == "waterbirds100" and config["root"] == str(root)
     assert config["options"] == {"train_like_val": False}
     assert "accuracy/G3 waterbird/land" in json.loads((folder / "baseline" / "dfr.json").read_text())
+
+
+@pytest.mark.parametrize("grid, message", [
+    ({"dro": {"step_size": [0.1]}}, "grid.dro: expected the name of a method of the study"),
+    ({"groupdro": {"stepsize": [0.1]}}, "'stepsize'] are not hyper-parameters of groupdro"),
+    ({"groupdro": {"step_size": []}}, "grid.groupdro.step_size: expected a non-empty list"),
+    ({"groupdro": {"step_size": [0.1, -1.0]}}, "robustness.step_size: expected a step size > 0 (GroupDRO's η, e.g. "
+                                                "0.01), got -1.0"),
+    ({"energy": {"weight": ["heavy"]}}, "grid.energy.weight"),
+])
+def test_a_grid_that_would_not_train_is_refused_before_anything_runs(tmp_path, grid, message):
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({**TINY, "grid": grid}))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(RobustnessStudy, tmp_path / "study.yaml")
