@@ -1,6 +1,6 @@
 """``rightreasons distill | cache | analyze shift``: knowledge distillation with e²KD.
 
-    rightreasons distill --config configs/distill/waterbirds_bcos_r50_r18_e2kd.yaml output_dir=runs/e2kd [--resume]
+    rightreasons distill --config configs/distill/waterbirds100.yaml output_dir=runs/e2kd [--resume]
     rightreasons distill --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml \
         --frozen runs/cache-dn169
     rightreasons cache --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml --out runs/cache-dn169
