@@ -1,13 +1,15 @@
 """The README's quickstarts, walked: for PASCAL VOC 2007, MS COCO 2014 and Waterbirds-100, every ``rightreasons``
-command of the dataset's README section runs through the real command line, in order, on a tiny format-faithful copy
-of the dataset's layout (VOC XML with difficult and truncated objects; COCO instances JSON with a crowd RLE and
-images without annotations; Waterbirds' ``metadata.csv`` with the release's columns and CUB bird masks).
+command of the dataset's README section and then of its block in the *Distillation* section runs through the real
+command line, in order, in one walk, on a tiny format-faithful copy of the dataset's layout (VOC XML with difficult and
+truncated objects; COCO instances JSON with a crowd RLE and images without annotations; Waterbirds' ``metadata.csv``
+with the release's columns and CUB bird masks).
 
 The download lines are replaced by the copies (written where the shipped configs look), and the commands get what
-keeps them fast: a B-cos ResNet-50 of width 4 at 32 px on the CPU for one epoch, a local file instead of the
+keeps them fast: B-cos ResNets of width 4 at 32 px on the CPU for one epoch, a local file instead of the
 ImageNet-pretrained weights (``model.pretrained: true`` needs the network), ``--allow-partial`` for the official image
-counts, and one λ of each sweep. Everything else — configs referring to each other's outputs by run directory,
-``evaluate`` reading the run's config and picking the split, the sweep's subprocess and its Pareto report — runs as a
+counts, one λ of each sweep and shifts of up to 4 pixels in ``analyze shift``. Everything else — configs referring to
+each other's outputs by run directory (the distillation's teacher too), ``evaluate`` reading the run's config and
+picking the split, the sweep's subprocess and its Pareto report, the teacher cache and the frozen run — runs as a
 researcher runs it."""
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def adapt(argv: list[str], imagenet: Path) -> list[str]:
         return argv + TINY + (stand_in if config.model.pretrained else [])
     if command in ("distill", "cache"):  # the student as tiny as the teacher; cache and frozen run on the same data
         return argv + TINY
+    if command == "analyze":
+        return argv + ["--max-shift", "4"]
     if command == "sweep":
         only = argv.index("--only") + 1
         runs = [run for run in sweep.load_grid(argv[1]) if argv[only] in run.name]
@@ -146,8 +150,8 @@ def imagenet(tmp_path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", list(SECTIONS))
-def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_path, monkeypatch, capsys, imagenet,
-                                                                   write_voc, write_coco, write_waterbirds):
+def test_the_readme_quickstart_runs_from_download_to_distilled_student(dataset, tmp_path, monkeypatch, capsys, imagenet,
+                                                                        write_voc, write_coco, write_waterbirds):
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
     (work / "configs").symlink_to(ROOT / "configs")  # the README's relative paths, unchanged
