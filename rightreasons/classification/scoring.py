@@ -17,7 +17,16 @@ from ..models import capabilities, create_model, load_model, model_file, resolve
 from ..models.weights import LogitBiasWarning
 from .config import ClassificationConfig
 
-__all__ = ["score_checkpoint", "trained_model"]
+__all__ = ["score_checkpoint", "trained_architecture", "trained_model"]
+
+
+def trained_architecture(config: ClassificationConfig, dataset: AnnotatedDataset) -> tuple[str, dict[str, Any]]:
+    """The registry name and constructor arguments of the model ``config`` trained on ``dataset``: ``config.model``
+    (or the architecture its starting model file records) with ``dataset``'s number of classes — what a checkpoint,
+    whose weights file records no architecture, is rebuilt as."""
+    m = config.model
+    name, kwargs = resolve_architecture(m.name, m.kwargs, model_file(m.checkpoint))
+    return name, {**kwargs, "num_classes": dataset.num_classes}
 
 
 def trained_model(config: ClassificationConfig, artifact: RunArtifact, dataset: AnnotatedDataset) -> nn.Module:
@@ -25,11 +34,10 @@ def trained_model(config: ClassificationConfig, artifact: RunArtifact, dataset: 
     record the architecture — ``config.model`` with ``dataset``'s classes, loaded with the checkpoint's weights."""
     if artifact.architecture_in_file:
         return load_model(artifact.weights)
-    m = config.model
-    name, kwargs = resolve_architecture(m.name, m.kwargs, model_file(m.checkpoint))
+    name, kwargs = trained_architecture(config, dataset)
     with warnings.catch_warnings():  # built with the arguments it was trained with: its logit bias is the trained one
         warnings.simplefilter("ignore", LogitBiasWarning)
-        model = create_model(name, checkpoint=str(artifact.weights), **{**kwargs, "num_classes": dataset.num_classes})
+        model = create_model(name, checkpoint=str(artifact.weights), **kwargs)
     model.classes = dataset.classes
     return model
 
