@@ -4,11 +4,13 @@
     rightreasons distill --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml \
         --frozen runs/cache-dn169
     rightreasons cache --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml --out runs/cache-dn169
-    rightreasons cache --teacher runs/teacher/model.safetensors --data synthetic-birds --image-size 64 --out DIR \
-        [--format compact]
-    rightreasons cache --teacher runs/teacher/model.safetensors --data synthetic-birds --image-size 64 --out DIR --check
-    rightreasons analyze shift --model teacher=runs/teacher/model.safetensors --model e2kd=runs/e2kd/model.safetensors \
+    rightreasons cache --teacher runs/teacher --data synthetic-birds --image-size 64 --out DIR [--format compact]
+    rightreasons cache --teacher runs/teacher --data synthetic-birds --image-size 64 --out DIR --check
+    rightreasons analyze shift --model teacher=runs/teacher --model e2kd=runs/e2kd/checkpoints/step-000100 \
         --data synthetic-birds --split test --image-size 64 --max-shift 16 --out runs/shift
+
+A model argument (``--teacher``, ``--model``) is a run — its directory, its model file or one of its checkpoint
+directories (:func:`~rightreasons.engine.artifacts.locate_artifact`) — or, when it is no path, a registry name.
 
 ``distill`` and ``cache`` take ``--config FILE`` plus ``key.path=value`` overrides (validated); under ``accelerate
 launch`` or ``torchrun`` they use every process (``cache`` splits the shards among them).
