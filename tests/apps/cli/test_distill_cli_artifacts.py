@@ -41,15 +41,21 @@ def _artifacts(run: Path) -> dict[str, Path]:
     return {"run": run, "file": run / "model.safetensors", "checkpoint": run / "checkpoints" / "step-000001"}
 
 
+@pytest.mark.filterwarnings("error::rightreasons.models.weights.LogitBiasWarning")
 def test_cache_takes_a_run_its_model_file_or_a_checkpoint_as_teacher(run, tmp_path, capsys):
+    """A checkpoint's weights file records no logit bias; the teacher rebuilt from its run has the trained one, and
+    loading it must not warn that it may be the releases' (it used to)."""
     teachers = {}
     for label, artifact in _artifacts(run).items():
         out = tmp_path / label
         assert main(["cache", "--config", str(DISTILL_CONFIG), "--teacher", str(artifact), "--out", str(out),
                      f"data.options={DATA}"]) == 0, label
         teachers[label] = json.loads((out / "manifest.json").read_text())["teacher"]
-    assert teachers["run"] == teachers["file"] == teachers["checkpoint"]
-    assert teachers["run"]["name"] == "bcos_resnet18"
+    assert teachers["run"] == teachers["file"]
+    assert teachers["checkpoint"]["weights_sha256"] == teachers["run"]["weights_sha256"]
+    assert teachers["checkpoint"]["name"] == teachers["run"]["name"] == "bcos_resnet18"
+    # rebuilt from the run's config: its arguments, its two classes and, explicit, their logit bias -log(2 - 1) = 0
+    assert teachers["checkpoint"]["kwargs"] == {**teachers["run"]["kwargs"], "logit_bias": 0.0}
     assert teachers["run"]["kwargs"]["inplanes"] == 4 and teachers["run"]["kwargs"]["num_classes"] == 2
 
 
