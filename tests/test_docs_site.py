@@ -60,6 +60,8 @@ def test_the_site_builds_strictly_with_api_pages_from_the_docstrings(tmp_path):
     assert "bfloat16" in (site / "config" / "index.html").read_text(encoding="utf-8")
     quickstarts = (site / "quickstarts" / "index.html").read_text(encoding="utf-8")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for heading in ("PASCAL VOC 2007", "MS COCO 2014", "Waterbirds-100"):  # the README's sections, included
+    for heading in ("PASCAL VOC 2007", "MS COCO 2014", "Waterbirds-100",  # the README's sections, included
+                    "Distillation: the guided run into a B-cos ResNet-18"):
         assert f"### {heading}" in readme and f">{heading}<" in quickstarts.replace('<a class="headerlink"', "<")
     assert "--8&lt;--" not in quickstarts and "VOCdevkit" in quickstarts
+    assert "configs/distill/waterbirds100.yaml" in quickstarts  # the distillation of the guided runs

@@ -21,7 +21,7 @@ from ..engine.artifacts import RunArtifact, locate_artifact
 from ..errors import ConfigError
 from ..models import load_model
 
-__all__ = ["config_for_task", "load_task_config", "load_trained", "trained_config"]
+__all__ = ["config_for_task", "load_task_config", "load_trained", "trained_architecture", "trained_config"]
 
 
 def config_for_task(name: str | None, data: dict[str, Any], source: str | Path) -> TrainConfig:
@@ -58,14 +58,29 @@ def trained_config(artifact: RunArtifact, overrides: list[str] | None = None) ->
     return config_for_task(artifact.task, data, artifact.config_source or artifact.weights)
 
 
-def load_trained(path: str | Path, what: str = "--checkpoint") -> tuple[nn.Module, TrainConfig | None]:
+def _validation_data(config: TrainConfig) -> Any:
+    """The validation split of the data ``config`` trained on (a checkpoint's classes are its classes)."""
+    data = config.data
+    return load_dataset(data.name, data.root, data.val_split, **data.options)
+
+
+def trained_architecture(artifact: RunArtifact) -> tuple[str, dict[str, Any]] | None:
+    """The registry name and constructor arguments of the model a checkpoint holds, whose weights file does not record
+    them: its training config's model with the classes of its validation data. ``None`` for a model file, which
+    records them itself."""
+    if artifact.architecture_in_file:
+        return None
+    config = trained_config(artifact)
+    return classification.trained_architecture(config, _validation_data(config))
+
+
+def load_trained(path: str | Path | RunArtifact, what: str = "--checkpoint") -> tuple[nn.Module, TrainConfig | None]:
     """The model that a run artefact holds (a run directory, its model file or a checkpoint directory:
-    :func:`~rightreasons.engine.artifacts.locate_artifact`) and the config it was trained with (``None`` for a bare
-    model file). A checkpoint's architecture comes from the config, its classes from the validation data."""
-    artifact = locate_artifact(path, what)
+    :func:`~rightreasons.engine.artifacts.locate_artifact`; or the artefact located already) and the config it was
+    trained with (``None`` for a bare model file). A checkpoint's architecture comes from the config, its classes
+    from the validation data."""
+    artifact = path if isinstance(path, RunArtifact) else locate_artifact(path, what)
     config = trained_config(artifact)
     if artifact.architecture_in_file:
         return load_model(artifact.weights), config
-    data = config.data
-    dataset = load_dataset(data.name, data.root, data.val_split, **data.options)
-    return classification.trained_model(config, artifact, dataset), config
+    return classification.trained_model(config, artifact, _validation_data(config)), config

@@ -3,7 +3,6 @@ report)."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +13,34 @@ from ..data import AnnotatedDataset, load_dataset
 from ..engine.artifacts import RunArtifact, locate_artifact
 from ..metrics.evaluation import score_model
 from ..models import capabilities, create_model, load_model, model_file, resolve_architecture
-from ..models.weights import LogitBiasWarning
+from ..models.weights import logit_arguments
 from .config import ClassificationConfig
 
-__all__ = ["score_checkpoint", "trained_model"]
+__all__ = ["score_checkpoint", "trained_architecture", "trained_model"]
+
+
+def trained_architecture(config: ClassificationConfig, dataset: AnnotatedDataset) -> tuple[str, dict[str, Any]]:
+    """The registry name and constructor arguments of the model ``config`` trained on ``dataset`` — what a checkpoint,
+    whose weights file records neither, is rebuilt as: ``config.model`` (or the architecture its starting model file
+    records) with ``dataset``'s number of classes and the logit bias these give, made explicit (the file does not
+    record it either; :func:`~rightreasons.models.weights.logit_arguments`)."""
+    m = config.model
+    name, kwargs = resolve_architecture(m.name, m.kwargs, model_file(m.checkpoint))
+    kwargs = {**kwargs, "num_classes": dataset.num_classes}
+    if kwargs.get("logit_bias") is None:
+        with torch.device("meta"):
+            kwargs.update(logit_arguments(create_model(name, **kwargs)))
+    return name, kwargs
 
 
 def trained_model(config: ClassificationConfig, artifact: RunArtifact, dataset: AnnotatedDataset) -> nn.Module:
     """The model of ``artifact``: rebuilt from its model file, or — for a checkpoint, whose weights file does not
-    record the architecture — ``config.model`` with ``dataset``'s classes, loaded with the checkpoint's weights."""
+    record the architecture — as :func:`trained_architecture` with the checkpoint's weights and ``dataset``'s
+    classes."""
     if artifact.architecture_in_file:
         return load_model(artifact.weights)
-    m = config.model
-    name, kwargs = resolve_architecture(m.name, m.kwargs, model_file(m.checkpoint))
-    with warnings.catch_warnings():  # built with the arguments it was trained with: its logit bias is the trained one
-        warnings.simplefilter("ignore", LogitBiasWarning)
-        model = create_model(name, checkpoint=str(artifact.weights), **{**kwargs, "num_classes": dataset.num_classes})
+    name, kwargs = trained_architecture(config, dataset)
+    model = create_model(name, checkpoint=str(artifact.weights), **kwargs)
     model.classes = dataset.classes
     return model
 

@@ -45,8 +45,8 @@ from ..errors import CheckpointError
 from ..fileio import atomic_write
 
 __all__ = ["CLASSES_KEY", "LOGITS_KEY", "LogitBiasWarning", "METADATA_KEY", "RELEASE_LOGIT_BIAS", "RUN_MODEL_FILE",
-           "fitted_state", "load_weights", "model_file", "read_metadata", "read_state_dict", "restore_classes",
-           "restore_logit_layers", "save_model"]
+           "fitted_state", "load_weights", "logit_arguments", "model_file", "read_metadata", "read_state_dict",
+           "restore_classes", "restore_logit_layers", "save_model"]
 
 WRAPPER_PREFIXES = ("0.", "model.", "ema.module.", "module.")
 METADATA_KEY = "rightreasons_model"
@@ -240,6 +240,14 @@ def _origin(metadata: str | None) -> str:
 
 def _logit_layers(model: nn.Module) -> dict[str, LogitLayer]:
     return {name: m for name, m in model.named_modules() if isinstance(m, LogitLayer)}
+
+
+def logit_arguments(model: nn.Module) -> dict[str, float]:
+    """``{"logit_bias": b}``: the constructor argument that rebuilds the bias of ``model``'s logit layer — given
+    explicitly, it is kept when a weights file that does not record its bias (a training checkpoint's) is loaded, and
+    nothing warns. ``{}`` for a model without a logit layer or with several."""
+    layers = list(_logit_layers(model).values())
+    return {"logit_bias": layers[0].bias} if len(layers) == 1 else {}
 
 
 def _explicit_logit_arguments(model: nn.Module) -> bool:

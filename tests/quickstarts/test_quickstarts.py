@@ -1,19 +1,22 @@
 """The README's quickstarts, walked: for PASCAL VOC 2007, MS COCO 2014 and Waterbirds-100, every ``rightreasons``
-command of the dataset's README section runs through the real command line, in order, on a tiny format-faithful copy
-of the dataset's layout (VOC XML with difficult and truncated objects; COCO instances JSON with a crowd RLE and
-images without annotations; Waterbirds' ``metadata.csv`` with the release's columns and CUB bird masks).
+command of the dataset's README section and then of its block in the *Distillation* section runs through the real
+command line, in order, in one walk, on a tiny format-faithful copy of the dataset's layout (VOC XML with difficult and
+truncated objects; COCO instances JSON with a crowd RLE and images without annotations; Waterbirds' ``metadata.csv``
+with the release's columns and CUB bird masks).
 
 The download lines are replaced by the copies (written where the shipped configs look), and the commands get what
-keeps them fast: a B-cos ResNet-50 of width 4 at 32 px on the CPU for one epoch, a local file instead of the
+keeps them fast: B-cos ResNets of width 4 at 32 px on the CPU for one epoch, a local file instead of the
 ImageNet-pretrained weights (``model.pretrained: true`` needs the network), ``--allow-partial`` for the official image
-counts, and one λ of each sweep. Everything else — configs referring to each other's outputs by run directory,
-``evaluate`` reading the run's config and picking the split, the sweep's subprocess and its Pareto report — runs as a
+counts, one λ of each sweep and shifts of up to 4 pixels in ``analyze shift``. Everything else — configs referring to
+each other's outputs by run directory (the distillation's teacher too), ``evaluate`` reading the run's config and
+picking the split, the sweep's subprocess and its Pareto report, the teacher cache and the frozen run — runs as a
 researcher runs it."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -23,21 +26,38 @@ import torch
 import rightreasons
 from rightreasons.apps import sweep
 from rightreasons.apps.cli import main
-from rightreasons.data import GROUP_NAMES, load_dataset
 from rightreasons.apps.tasks import load_task_config
+from rightreasons.data import GROUP_NAMES, load_dataset
+from rightreasons.distill.cache import weights_fingerprint
+from rightreasons.models import capabilities, load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = {"voc2007": "### PASCAL VOC 2007", "coco2014": "### MS COCO 2014", "waterbirds100": "### Waterbirds-100"}
+DISTILLATION = "### Distillation: the guided run into a B-cos ResNet-18"
 TINY = ["cpu=true", "data.image_size=32", "data.batch_size=2", "data.eval_batch_size=4", "data.num_workers=0",
         "optim.epochs=1", "model.kwargs={inplanes: 4}", "eval.num_images=1"]
 
 
-def readme_commands(dataset: str) -> list[list[str]]:
-    """The ``rightreasons`` command lines of the first bash block of the dataset's README section, as argv."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index(SECTIONS[dataset]):]
-    block = section[section.index("```bash\n") + 8:section.index("\n```", section.index("```bash\n"))]
+def bash_blocks(text: str) -> list[str]:
+    """The bash blocks of ``text``, in order, continuation lines joined."""
+    return [block.replace("\\\n", " ") for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL)]
+
+
+def commands(block: str) -> list[list[str]]:
+    """The ``rightreasons`` command lines of a bash block, as argv."""
     return [shlex.split(line)[1:] for line in block.splitlines() if line.startswith("rightreasons ")]
+
+
+def readme_commands(dataset: str) -> list[list[str]]:
+    """The ``rightreasons`` commands of the dataset's README quickstart: its guidance chain (the first bash block of
+    its section), then the distillation of its guided run (the block of the *Distillation* section that uses the
+    dataset's distillation config)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    guidance = bash_blocks(text[text.index(SECTIONS[dataset]):])[0]
+    distillation = [block for block in bash_blocks(text[text.index(DISTILLATION):])
+                    if f"configs/distill/{dataset}.yaml" in block]
+    assert len(distillation) == 1, f"one distillation block for {dataset}"
+    return commands(guidance) + commands(distillation[0])
 
 
 # ------------------------------------------------------------------------------------------- the dataset copies
@@ -106,6 +126,10 @@ def adapt(argv: list[str], imagenet: Path) -> list[str]:
     if command in ("train", "guide"):
         config = load_task_config(command, argv[argv.index("--config") + 1])
         return argv + TINY + (stand_in if config.model.pretrained else [])
+    if command in ("distill", "cache"):  # the student as tiny as the teacher; cache and frozen run on the same data
+        return argv + TINY
+    if command == "analyze":
+        return argv + ["--max-shift", "4"]
     if command == "sweep":
         only = argv.index("--only") + 1
         runs = [run for run in sweep.load_grid(argv[1]) if argv[only] in run.name]
@@ -126,8 +150,8 @@ def imagenet(tmp_path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", list(SECTIONS))
-def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_path, monkeypatch, capsys, imagenet,
-                                                                   write_voc, write_coco, write_waterbirds):
+def test_the_readme_quickstart_runs_from_download_to_distilled_student(dataset, tmp_path, monkeypatch, capsys, imagenet,
+                                                                        write_voc, write_coco, write_waterbirds):
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
     (work / "configs").symlink_to(ROOT / "configs")  # the README's relative paths, unchanged
@@ -136,7 +160,8 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     sizes = COPIES[dataset](work / "data", writer)
 
     commands = readme_commands(dataset)
-    assert [c[0] for c in commands] == ["prepare", "train", "guide", "evaluate", "sweep"]
+    assert [c[0] for c in commands] == ["prepare", "train", "guide", "evaluate", "sweep", "distill", "distill", "cache",
+                                        "distill", "evaluate"] + (["analyze"] if dataset == "waterbirds100" else [])
     for argv in commands:
         assert main(adapt(argv, imagenet)) == 0, argv
         out = capsys.readouterr().out
@@ -157,7 +182,7 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     assert baseline["best"]["metric"] == ("accuracy" if dataset == "waterbirds100" else "f1")
 
     # evaluate: the run's config from its summary.json, the dataset's test split (COCO 2014: val)
-    (evaluate,) = [argv for argv in commands if argv[0] == "evaluate"]
+    evaluate = commands[3]
     results = json.loads((work / evaluate[evaluate.index("--out") + 1]).read_text())
     split = "val" if dataset == "coco2014" else "test"
     assert results["config"] == f"runs/{dataset}/guided/summary.json" and results["split"] == split
@@ -175,7 +200,7 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     with (report / "pareto.csv").open() as f:
         (row,) = list(csv.DictReader(f))
     assert row["on_front"] == "True" and row["representative"] == "True"
-    (swept_run,) = [run for run in sweep.load_grid(commands[-1][1]) if run.name == row["setting"]]
+    (swept_run,) = [run for run in sweep.load_grid(commands[4][1]) if run.name == row["setting"]]
     swept = json.loads((work / swept_run.output_dir / "summary.json").read_text())["config"]
     assert swept["model"]["checkpoint"] == guided["config"]["model"]["checkpoint"]
     text = (report / "pareto.md").read_text()
@@ -184,3 +209,34 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     (kept,) = (work / swept_run.output_dir).glob(f"test-{split}-step-*.json")
     assert json.loads(kept.read_text())["split"] == split and "Not scored" not in text
     assert "test score" in text and ("test accuracy/G1 landbird/land" in text) == (dataset == "waterbirds100")
+
+    # distillation: the guided run is the teacher, named by its run directory; its architecture comes from its file
+    students = {name: json.loads((runs / name / "summary.json").read_text()) for name in ("e2kd", "kd", "e2kd-frozen")}
+    for summary in students.values():
+        assert summary["task"] == "distill" and summary["config"]["model"]["name"] == "bcos_resnet18"
+        assert summary["config"]["teacher"] == {"name": None, "checkpoint": f"runs/{dataset}/guided", "kwargs": {},
+                                                "pretrained": False}
+        assert {"agreement", "explanation_similarity"} <= summary["history"][-1].keys()
+    assert students["e2kd"]["config"]["distill"]["explanation_weight"] > 0
+    assert students["kd"]["config"]["distill"]["explanation_weight"] == 0
+    assert students["e2kd-frozen"]["config"]["distill"]["frozen"] == f"runs/{dataset}/teacher-cache"
+    manifest = json.loads((runs / "teacher-cache" / "manifest.json").read_text())
+    teacher = load_model(runs / "guided" / "model.safetensors")
+    classes = capabilities(teacher).num_classes
+    assert manifest["teacher"] == {"name": "bcos_resnet50", "kwargs": {"inplanes": 4, "num_classes": classes},
+                                   "weights_sha256": weights_fingerprint(teacher)}
+    # the e²KD student scored as its teacher was: the same split, images and metrics
+    student_evaluate = commands[-2] if dataset == "waterbirds100" else commands[-1]
+    student = json.loads((work / student_evaluate[student_evaluate.index("--out") + 1]).read_text())
+    assert student["config"] == f"runs/{dataset}/e2kd/summary.json" and student.keys() == results.keys()
+    assert (student["split"], student["images"]) == (results["split"], results["images"])
+    test = students["e2kd"].get("test")
+    if dataset == "coco2014":  # no test annotations: validated and scored on val2014 only
+        assert test is None
+    else:
+        assert test["split"] == "test" and {"agreement", "explanation_similarity"} <= test.keys()
+    if dataset == "waterbirds100":
+        assert {"ood_accuracy", "ood_agreement"} <= test.keys()
+        shift = json.loads((runs / "shift" / "shift.json").read_text())
+        assert shift["curves"].keys() == {"teacher", "kd", "e2kd"} and shift["image_size"] == 32
+        assert all(curve[0] == pytest.approx(1.0, abs=1e-4) for curve in shift["curves"].values())  # unshifted: itself

@@ -1,14 +1,16 @@
 """``rightreasons distill | cache | analyze shift``: knowledge distillation with e²KD.
 
-    rightreasons distill --config configs/distill/waterbirds_bcos_r50_r18_e2kd.yaml output_dir=runs/e2kd [--resume]
+    rightreasons distill --config configs/distill/waterbirds100.yaml output_dir=runs/e2kd [--resume]
     rightreasons distill --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml \
         --frozen runs/cache-dn169
     rightreasons cache --config configs/distill/imagenet_bcos_densenet169_r18_50shot_frozen.yaml --out runs/cache-dn169
-    rightreasons cache --teacher runs/teacher/model.safetensors --data synthetic-birds --image-size 64 --out DIR \
-        [--format compact]
-    rightreasons cache --teacher runs/teacher/model.safetensors --data synthetic-birds --image-size 64 --out DIR --check
-    rightreasons analyze shift --model teacher=runs/teacher/model.safetensors --model e2kd=runs/e2kd/model.safetensors \
+    rightreasons cache --teacher runs/teacher --data synthetic-birds --image-size 64 --out DIR [--format compact]
+    rightreasons cache --teacher runs/teacher --data synthetic-birds --image-size 64 --out DIR --check
+    rightreasons analyze shift --model teacher=runs/teacher --model e2kd=runs/e2kd/checkpoints/step-000100 \
         --data synthetic-birds --split test --image-size 64 --max-shift 16 --out runs/shift
+
+A model argument (``--teacher``, ``--model``) is a run — its directory, its model file or one of its checkpoint
+directories (:func:`~rightreasons.engine.artifacts.locate_artifact`) — or, when it is no path, a registry name.
 
 ``distill`` and ``cache`` take ``--config FILE`` plus ``key.path=value`` overrides (validated); under ``accelerate
 launch`` or ``torchrun`` they use every process (``cache`` splits the shards among them).
@@ -20,9 +22,13 @@ import argparse
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from .arguments import add_overwrite, add_resume, non_negative_int, positive_int, resume_and_overrides
+
+if TYPE_CHECKING:
+    from ...engine.artifacts import RunArtifact
 
 __all__ = ["register"]
 
@@ -49,8 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image")
     _add_config(p)
-    p.add_argument("--teacher", help="teacher: a model file written by rightreasons, or a registry name "
-                                     "(teacher.name; weights with teacher.checkpoint=FILE)")
+    p.add_argument("--teacher", help="teacher: a run of rightreasons (its directory, model file or a checkpoint "
+                                     "directory), or a registry name (teacher.name; weights with "
+                                     "teacher.checkpoint=FILE)")
     p.add_argument("--data", help="dataset name (data.name)")
     p.add_argument("--root", help="dataset root directory (data.root)")
     p.add_argument("--split", help="split to cache (data.train_split, default train)")
@@ -71,7 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     analyses = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     s = analyses.add_parser("shift", help="explanation similarity under diagonal image shifts, with a plot")
     s.add_argument("--model", action="append", required=True, metavar="[LABEL=]MODEL",
-                   help="a model file written by rightreasons or a registry name; repeat for several curves")
+                   help="a run of rightreasons (its directory, model file or a checkpoint directory) or a registry "
+                        "name; repeat for several curves")
     s.add_argument("--data", required=True, help="dataset name")
     s.add_argument("--root", help="dataset root directory")
     s.add_argument("--split", default="test", help="split to draw images from (default test)")
@@ -107,6 +115,29 @@ def run_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names_artifact(spec: str) -> bool:
+    """Whether a model argument names a run artefact — an existing path, or one with a directory part — rather than a
+    registry name."""
+    return Path(spec).exists() or Path(spec).name != spec
+
+
+def _teacher_overrides(teacher: str) -> list[str]:
+    """``--teacher`` as config overrides: a registry name is ``teacher.name``; a run artefact
+    (:func:`~rightreasons.engine.artifacts.locate_artifact`) is its weights file with the architecture the file records
+    (``teacher.name=null``) or, for a checkpoint, the one its run trained."""
+    from ...engine.artifacts import locate_artifact
+    from ..tasks import trained_architecture
+
+    if not _names_artifact(teacher):
+        return [f"teacher.name={teacher}"]
+    artifact = locate_artifact(teacher, "--teacher")
+    architecture = trained_architecture(artifact)
+    if architecture is None:
+        return [f"teacher.checkpoint={artifact.weights}", "teacher.name=null"]
+    name, kwargs = architecture
+    return [f"teacher.checkpoint={artifact.weights}", f"teacher.name={name}", f"teacher.kwargs={json.dumps(kwargs)}"]
+
+
 def run_cache(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
@@ -114,10 +145,7 @@ def run_cache(args: argparse.Namespace) -> int:
     from ...fileio import writable_directory
     from ..tasks import load_task_config
 
-    overrides = list(args.overrides)
-    if args.teacher:
-        overrides += ([f"teacher.checkpoint={args.teacher}", "teacher.name=null"] if Path(args.teacher).is_file()
-                      else [f"teacher.name={args.teacher}"])
+    overrides = list(args.overrides) + (_teacher_overrides(args.teacher) if args.teacher else [])
     for flag, key in ((args.data, "data.name"), (args.root, "data.root"), (args.split, "data.train_split"),
                       (args.image_size, "data.image_size"), (args.format, "distill.cache_format")):
         if flag is not None:
@@ -150,32 +178,37 @@ def _parse_options(items: list[str]) -> dict[str, object]:
     return options
 
 
-def _model_source(spec: str) -> tuple[str, str]:
-    """``[LABEL=]SOURCE`` → (label, source): a model file written by rightreasons or a registry name (label: the
-    file stem or the name)."""
+def _model_source(spec: str) -> tuple[str, str, RunArtifact | None]:
+    """``[LABEL=]SOURCE`` → (label, source, the run artefact it names or ``None`` for a registry name); the label
+    defaults to the path's stem or the name."""
+    from ...engine.artifacts import locate_artifact
+
     label, sep, source = spec.partition("=")
     if not sep:
-        label, source = Path(spec).stem if Path(spec).is_file() else spec, spec
-    return label, source
+        label, source = Path(spec).stem if _names_artifact(spec) else spec, spec
+    return label, source, locate_artifact(source, "--model") if _names_artifact(source) else None
 
 
-def _trained_size(source: str) -> int | None:
-    """``data.image_size`` of the training config a model file stores (written by training), or None."""
-    from ...models import read_state_dict
+def _trained_size(artifact: RunArtifact | None) -> int | None:
+    """``data.image_size`` of the training config of a run artefact (recorded by the run, or in a model file's
+    metadata by training), or None."""
+    from ...models.weights import read_metadata
 
-    if not Path(source).is_file():
+    if artifact is None:
         return None
-    _, metadata = read_state_dict(source)
+    config = artifact.config
     try:
-        return int(json.loads(metadata["config"])["data"]["image_size"])
+        if config is None:
+            config = json.loads(read_metadata(artifact.weights)["config"])
+        return int(config["data"]["image_size"])
     except (KeyError, TypeError, ValueError):  # no or another config: not a file of our training
         return None
 
 
-def _shift_size(sources: list[str]) -> int:
-    """The input size of the shift analysis: the one resolution the model files were trained at, else
+def _shift_size(sources: dict[str, RunArtifact | None]) -> int:
+    """The input size of the shift analysis: the one resolution the runs were trained at, else
     :data:`DEFAULT_SHIFT_SIZE`; models trained at different resolutions need ``--image-size``."""
-    sizes = {s: size for s in sources if (size := _trained_size(s)) is not None}
+    sizes = {s: size for s, artifact in sources.items() if (size := _trained_size(artifact)) is not None}
     if len(set(sizes.values())) > 1:
         listed = ", ".join(f"{s} at {size} px" for s, size in sizes.items())
         raise UsageError(f"the models were trained at different resolutions ({listed}); choose one with --image-size")
@@ -190,15 +223,17 @@ def run_shift(args: argparse.Namespace) -> int:
     from ...distill import EXPLANATION_CHOICES, resolve_explanation, shift_similarity
     from ...encoding import reencode
     from ...fileio import writable_directory, write_json_atomic
-    from ...models import capabilities, create_model, load_model
+    from ...models import capabilities, create_model
     from ...reporting import plot_shift_curves
+    from ..tasks import load_trained
 
     explanations = [c for c in EXPLANATION_CHOICES if c != "none"]
     if args.explanation not in explanations:
         raise UsageError(f"--explanation {args.explanation!r}: expected one of {', '.join(explanations)}")
     writable_directory(args.out, "--out", create=False)
     specs = [_model_source(spec) for spec in args.model]
-    size = args.image_size if args.image_size is not None else _shift_size([source for _, source in specs])
+    size = args.image_size if args.image_size is not None else \
+        _shift_size({source: artifact for _, source, artifact in specs})
     canvas = size + args.max_shift
     dataset = load_dataset(args.data, args.root, args.split, transform=eval_transform(canvas, encoding="none",
                                                                                       crop_fraction=1.0),
@@ -206,8 +241,8 @@ def run_shift(args: argparse.Namespace) -> int:
     subset = Subset(dataset, range(min(args.num_images, len(dataset))))
     shifts = list(range(args.max_shift + 1))
     curves = {}
-    for k, (label, source) in enumerate(specs, 1):
-        model = load_model(source) if Path(source).is_file() else create_model(source)
+    for k, (label, source, artifact) in enumerate(specs, 1):
+        model = create_model(source) if artifact is None else load_trained(artifact)[0]
         caps = capabilities(model)
         method = resolve_explanation(args.explanation, caps.bcos)
         logger.info("[%d/%d] %s: %s explanations of %d images at %d px, shifted by 0 … %d px", k, len(specs), label,
