@@ -47,9 +47,9 @@ from typing import Any
 from .errors import NonFiniteError, RightReasonsError, UsageError
 from .faults import boundary
 
-__all__ = ["DirectoryLock", "LOCK_FILE", "atomic_write", "atomic_write_all", "file_defect", "file_digest", "file_record", "fsync_path",
-           "json_text", "read_json_object", "remove_tree", "require_free_space", "writable_directory", "writable_file",
-           "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["DirectoryLock", "LOCK_FILE", "atomic_write", "atomic_write_all", "file_defect", "file_digest",
+           "file_record", "fsync_path", "json_text", "read_json_object", "remove_tree", "require_free_space",
+           "writable_directory", "writable_file", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
 

@@ -184,3 +184,9 @@ def test_the_readme_quickstart_runs_from_download_to_pareto_report(dataset, tmp_
     (kept,) = (work / swept_run.output_dir).glob(f"test-{split}-step-*.json")
     assert json.loads(kept.read_text())["split"] == split and "Not scored" not in text
     assert "test score" in text and ("test accuracy/G1 landbird/land" in text) == (dataset == "waterbirds100")
+    if dataset == "coco2014":  # selected on a held-out part of train2014, never a training image; val2014 tests
+        data = baseline["config"]["data"]
+        held, trained = (set(load_dataset("coco2014", data["root"], split, **data["options"]).ids)
+                         for split in ("holdout", "train"))
+        assert data["val_split"] == "holdout" and held and trained and not held & trained
+        assert guided["config"]["data"]["val_split"] == "holdout" and "not held out" not in text
