@@ -218,9 +218,9 @@ def finished_summary(output_dir: str | Path, config: TrainConfig, extend: bool =
         return summary
     differing = config_differences(recorded, config, SCHEDULE_KEYS if extend else ())
     if differing:
-        extension = "; --resume may lengthen its schedule (optim.epochs, max_steps), nothing else" if extend else ""
-        raise TrainingError(f"{output_dir} holds a finished run of another config ({'; '.join(differing)}){extension}; "
-                            "pass --overwrite to replace it, or choose another output_dir")
+        extension = " (--resume may lengthen its schedule: optim.epochs, max_steps; nothing else)" if extend else ""
+        raise TrainingError(f"{output_dir} holds a finished run of another config ({'; '.join(differing)}); pass "
+                            f"--overwrite to replace it, or choose another output_dir{extension}")
     return None if extend and config_differences(recorded, config) else summary
 
 
