@@ -57,7 +57,7 @@ What a run never does (the README's *Reliability*; each rule kept in one place):
   less the checkpoints already on disk (:func:`require_checkpoint_space`).
 
 A resume may change the length of the schedule (:data:`SCHEDULE_KEYS`: ``optim.epochs``, ``max_steps``) as long as
-it ends after the checkpoint it resumes from — a finished run is *extended*. The learning-rate schedule is then rebuilt
+it does not end before the checkpoint it resumes from — a finished run is *extended*. The learning-rate schedule is then rebuilt
 for the new length and fast-forwarded to the checkpoint's step (:meth:`Trainer._continue_schedule`): every later step
 has the learning rate that a run trained on the new schedule from the start has at that step. The steps before were
 taken on the old schedule, so with a ``cosine`` schedule (whose every value depends on its length) the weights differ
@@ -401,7 +401,7 @@ class Trainer:
     def _schedule_change(self, saved: dict[str, Any]) -> str | None:
         """How this config changes the length of the schedule of checkpoint state ``saved`` — e.g. ``extending the
         finished run in runs/x from 1 to 2 epochs (step 8 of 16)`` — or ``None`` when it does not; a
-        :class:`TrainingError` when the new schedule would end at or before the checkpoint's step."""
+        :class:`TrainingError` when the new schedule would end before the checkpoint's step."""
         before, now = saved["config"], self.config
         old_epochs, old_max = before["optim"]["epochs"], before.get("max_steps")
         if (old_epochs, old_max) == (now.optim.epochs, now.max_steps):
