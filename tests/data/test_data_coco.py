@@ -97,7 +97,8 @@ def test_prepare_checks_images_and_checksums(coco, capsys):
                                          for p in report.problems)
 
 
-def test_a_held_out_part_of_train2014_validates_and_never_shares_an_image_with_training(tmp_path, write_coco):
+def test_a_held_out_part_of_train2014_validates_and_never_shares_an_image_with_training(tmp_path, write_coco,
+                                                                                        capsys):
     """COCO 2014 has no test labels: ``holdout`` takes a seeded part of train2014 as split ``holdout`` (selection),
     leaving val2014 as the test split. The two parts of train2014 cover it exactly, fixed by ``holdout_seed`` alone."""
     images = [{"id": i, "file_name": f"COCO_train2014_{i:012d}.jpg", "height": 16, "width": 16} for i in range(1, 22)]
@@ -124,3 +125,8 @@ def test_a_held_out_part_of_train2014_validates_and_never_shares_an_image_with_t
     with pytest.raises(UsageError, match="split 'holdout' is the held-out part of train2014: set the dataset option "
                                          "holdout"):
         split("holdout")
+    # through the command line: a config validating on the held-out split without holding any out is one error line
+    (tmp_path / "config.yaml").write_text(f"cpu: true\nmodel: {{name: bcos_resnet18, kwargs: {{inplanes: 4}}}}\n"
+                                          f"data: {{name: coco2014, root: {root}, val_split: holdout}}\n")
+    assert main(["train", "--config", str(tmp_path / "config.yaml"), f"output_dir={tmp_path / 'run'}"]) == 2
+    assert "split 'holdout' is the held-out part of train2014" in capsys.readouterr().err
