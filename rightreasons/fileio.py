@@ -257,16 +257,21 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
 
 
 def atomic_write_all(writes: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]]) -> None:
-    """Create or replace several files, none of them before all are written: each ``write(tmp)`` fills a staged file
-    ``.<name>.staged`` beside its path (:func:`atomic_write`); then the staged files are renamed over their paths in
-    the given order. When a write raises, no path is touched and the staged files are removed. A crash between two
-    renames leaves only the earlier paths replaced, so the last path should be the one that marks the set complete.
+    """Create or replace several files, none of them before all are written: each ``write(staged)`` fills
+    ``.<name>.staged`` beside its path (a fixed name, so that crash tests can name the boundaries; it is fsync'ed),
+    then the staged files are renamed over their paths in the given order. When a write raises, no path is touched
+    and the staged files are removed. A crash between two renames leaves only the earlier paths replaced, so the last
+    path should be the one that marks the set complete.
     """
     staged: list[tuple[Path, Path]] = []
     try:
         for path, write in writes:
             path = Path(path)
-            staged.append((atomic_write(path.with_name(f".{path.name}.staged"), write), path))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged.append((path.with_name(f".{path.name}.staged"), path))
+            write(staged[-1][0])
+            fsync_path(staged[-1][0])
+            boundary(f"atomic-write {path.name}: staged")
         for tmp, path in staged:
             os.replace(tmp, path)
             fsync_path(path.parent)
