@@ -47,9 +47,9 @@ from typing import Any
 from .errors import NonFiniteError, RightReasonsError, UsageError
 from .faults import boundary
 
-__all__ = ["DirectoryLock", "LOCK_FILE", "atomic_write", "file_defect", "file_digest", "file_record", "fsync_path",
-           "json_text", "read_json_object", "remove_tree", "require_free_space", "writable_directory", "writable_file",
-           "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["DirectoryLock", "LOCK_FILE", "atomic_write", "atomic_write_all", "file_defect", "file_digest",
+           "file_record", "fsync_path", "json_text", "read_json_object", "remove_tree", "require_free_space",
+           "writable_directory", "writable_file", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
 
@@ -254,6 +254,31 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     fsync_path(path.parent)
     boundary(f"atomic-write {path.name}: renamed")
     return path
+
+
+def atomic_write_all(writes: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]]) -> None:
+    """Create or replace several files, none of them before all are written: each ``write(staged)`` fills
+    ``.<name>.staged`` beside its path (a fixed name, so that crash tests can name the boundaries; it is fsync'ed),
+    then the staged files are renamed over their paths in the given order. When a write raises, no path is touched
+    and the staged files are removed. A crash between two renames leaves only the earlier paths replaced, so the last
+    path should be the one that marks the set complete.
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, write in writes:
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged.append((path.with_name(f".{path.name}.staged"), path))
+            write(staged[-1][0])
+            fsync_path(staged[-1][0])
+            boundary(f"atomic-write {path.name}: staged")
+        for tmp, path in staged:
+            os.replace(tmp, path)
+            fsync_path(path.parent)
+            boundary(f"atomic-write {path.name}: renamed")
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

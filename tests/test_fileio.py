@@ -92,3 +92,22 @@ def test_remove_tree_never_follows_a_symlink_out_of_its_directory(tmp_path):
     with pytest.raises(UsageError, match=r"refusing to delete .*step-000001: it resolves to .*, outside"):
         fileio.remove_tree(run / "checkpoints" / "step-000001", run)
     assert (outside / "step-000001" / "manifest.json").is_file()
+
+
+def test_files_written_together_are_replaced_only_once_all_are_written(tmp_path):
+    """A finished run's model file and summary: when the second cannot be written, neither is replaced."""
+    model, summary = tmp_path / "model.safetensors", tmp_path / "summary.json"
+    model.write_text("old model")
+    summary.write_text("old summary")
+
+    def fails(path: Path) -> None:
+        path.write_text("half a summ")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        fileio.atomic_write_all([(model, lambda p: p.write_text("new model")), (summary, fails)])
+    assert (model.read_text(), summary.read_text()) == ("old model", "old summary")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors", "summary.json"]
+    fileio.atomic_write_all([(model, lambda p: p.write_text("new model")), (summary, lambda p: p.write_text("new"))])
+    assert (model.read_text(), summary.read_text()) == ("new model", "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors", "summary.json"]

@@ -347,8 +347,9 @@ def write_report(points: Sequence[dict[str, Any]], missing: Sequence[str], out: 
         shared = sorted({s["split"] for e in (tests or {}).values() for s in e["scores"]
                          if s["split"] == s["selection_split"]})
         if shared:
-            text.append(f"\nNote: split(s) {shared} also selected the checkpoints (the dataset has no test labels): "
-                        "these numbers are not held out.")
+            text.append(f"\nNote: split(s) {shared} also selected the checkpoints: these numbers are not held out "
+                        "(where a dataset has no test labels, select on a held-out part of its training data, e.g. "
+                        "COCO 2014's data.options.holdout with data.val_split=holdout).")
         problems = [p for e in (tests or {}).values() for p in e["problems"]]
         if problems:
             text.append("\nNot scored:\n\n" + "".join(f"- {p}\n" for p in problems))

@@ -18,7 +18,7 @@ from ..errors import UnknownNameError, UsageError
 from .annotations import annotated_count, select_annotated
 from .base import AnnotatedDataset, Records
 from .box_policy import BOX_POLICIES, check_boxes
-from .coco import COCO_SPLITS, COCO2014
+from .coco import COCO_SPLITS, COCO2014, HOLDOUT_SPLIT
 from .errors import BoxWarning, DataError
 from .imagenet import ImageNet
 from .sample import collate, make_sample
@@ -49,10 +49,10 @@ DATASETS: dict[str, Callable[..., AnnotatedDataset]] = {
 }
 
 #: name → the splits of its standard layout (ImageNet: the folders ``train/`` and ``val/``; COCO 2014 publishes no
-#: test annotations, so its held-out split is ``val``)
+#: test annotations, so its test split is ``val``, and ``holdout``, a held-out part of train2014, validates)
 DATASET_SPLITS: dict[str, tuple[str, ...]] = {
     "voc2007": VOC_SPLITS,
-    "coco2014": COCO_SPLITS,
+    "coco2014": (*COCO_SPLITS, HOLDOUT_SPLIT),
     "waterbirds100": WATERBIRDS_SPLITS,
     "imagenet": ("train", "val"),
     "synthetic-birds": SYNTHETIC_SPLITS,

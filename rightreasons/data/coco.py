@@ -8,6 +8,13 @@
 (``annotation_file=`` / ``image_dir=`` point elsewhere, e.g. to a train/val partition of train2014 as used by the
 Model-Guidance release, which tested on val2014.)
 
+COCO 2014 publishes no test annotations. ``holdout=`` holds out part of train2014 for model selection, so that val2014
+can serve as the test split, scored once: split ``"holdout"`` holds those images and split ``"train"`` the rest
+(``holdout``: a number of images, or a fraction of them in (0, 1), rounded half up). They are drawn uniformly from the
+images the split keeps (after ``crowd`` and ``include_unannotated``) with ``holdout_seed`` — not the run's seed, so
+every run of a sweep selects on the same images; the two splits never share an image. ``"val"`` is val2014 whatever
+``holdout`` says.
+
 * The 80 category ids (1…90 with gaps) map to contiguous class indices 0…79 in increasing id order.
 * Every annotation must have an id of its own and name an image and a category of the file; every image's
   ``height`` and ``width`` must be its file's (a mismatch is a :class:`DataError` when the image is read).
@@ -24,22 +31,47 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 from pycocotools.coco import COCO
 
+from .annotations import random_subset
 from .base import AnnotatedDataset, Records
 from .box_policy import check_boxes
 from ..errors import UsageError
 from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
+from .options import require_int
 
-__all__ = ["COCO2014", "COCO_SPLITS", "CROWD_POLICIES", "load_coco"]
+__all__ = ["COCO2014", "COCO_SPLITS", "CROWD_POLICIES", "HOLDOUT_SPLIT", "holdout_count", "load_coco"]
 
 CROWD_POLICIES = ("label", "ignore", "box")
 COCO_SPLITS = ("train", "val")
+"""The splits of the release: ``annotations/instances_<split>2014.json`` and the folder ``<split>2014/``."""
+HOLDOUT_SPLIT = "holdout"
+"""The held-out part of train2014 (option ``holdout``): the validation split when val2014 is the test split."""
+
+
+def _check_holdout(holdout: object) -> None:
+    fraction = isinstance(holdout, float) and 0 < holdout < 1
+    if not (fraction or isinstance(holdout, int) and not isinstance(holdout, bool) and holdout >= 0):
+        raise UsageError(f"dataset option 'holdout' must be a number of images (an integer >= 0) or a fraction of "
+                         f"them in (0, 1), got {holdout!r}")
+
+
+def holdout_count(n: int, holdout: int | float) -> int:
+    """How many of ``n`` images ``holdout`` holds out: ``holdout`` itself (an integer; 0: none), or the fraction
+    ``holdout`` in (0, 1) of them, rounded half up and at least one. Never all of them (nothing would be left to
+    train on)."""
+    _check_holdout(holdout)
+    count = max(1, math.floor(holdout * n + 0.5)) if isinstance(holdout, float) else holdout
+    if count and count >= n:
+        raise UsageError(f"dataset option 'holdout' = {holdout!r} holds out {count} of the {n} images of the "
+                         "split, leaving none to train on")
+    return count
 
 
 def load_coco(path: Path) -> COCO:
@@ -117,20 +149,29 @@ def _dimension(record: dict, key: str, path: Path, what: str) -> int:
 
 
 class COCO2014(AnnotatedDataset):
-    """MS COCO 2014 (80 classes). See the module docstring for ``crowd``, ``include_unannotated`` and layouts."""
+    """MS COCO 2014 (80 classes). See the module docstring for ``crowd``, ``include_unannotated``, ``holdout`` and
+    layouts."""
 
     def __init__(self, root: str | os.PathLike, split: str = "train", *, crowd: str = "label",
                  include_unannotated: bool = False, annotation_file: str | os.PathLike | None = None,
-                 image_dir: str | os.PathLike | None = None, box_policy: str = "drop", **options) -> None:
-        if split not in COCO_SPLITS and (annotation_file is None or image_dir is None):
-            raise UsageError(f"unknown COCO split {split!r}; expected one of {', '.join(COCO_SPLITS)} (COCO 2014 "
-                             "publishes no test annotations; or give annotation_file= and image_dir=)")
+                 image_dir: str | os.PathLike | None = None, box_policy: str = "drop", holdout: int | float = 0,
+                 holdout_seed: int = 0, **options) -> None:
+        if split not in (*COCO_SPLITS, HOLDOUT_SPLIT) and (annotation_file is None or image_dir is None):
+            raise UsageError(f"unknown COCO split {split!r}; expected one of {', '.join(COCO_SPLITS)} or "
+                             f"{HOLDOUT_SPLIT} (COCO 2014 publishes no test annotations; or give annotation_file= "
+                             "and image_dir=)")
         if crowd not in CROWD_POLICIES:
             raise ValueError(f"unknown crowd policy {crowd!r}; expected one of {', '.join(CROWD_POLICIES)}")
+        _check_holdout(holdout)  # before the (large) annotation file is read
+        require_int("holdout_seed", holdout_seed, 0)
+        if split == HOLDOUT_SPLIT and not holdout:
+            raise UsageError(f"COCO split {HOLDOUT_SPLIT!r} is the held-out part of train2014: set the dataset option "
+                             "holdout (data.options.holdout: a number of images or a fraction of them)")
+        part = "train" if split == HOLDOUT_SPLIT else split  # the release's files the split is read from
         root = require_dir(root, "COCO 2014")
-        ann_path = require_file(annotation_file or root / "annotations" / f"instances_{split}2014.json",
+        ann_path = require_file(annotation_file or root / "annotations" / f"instances_{part}2014.json",
                                 "COCO annotation file")
-        image_root = require_dir(image_dir or root / f"{split}2014", "COCO image")
+        image_root = require_dir(image_dir or root / f"{part}2014", "COCO image")
         coco = load_coco(ann_path)
         cat_ids = sorted(coco.getCatIds())
         contiguous = {cid: i for i, cid in enumerate(cat_ids)}
@@ -173,6 +214,11 @@ class COCO2014(AnnotatedDataset):
             box_labels.append(bl_arr)
             sizes.append(canvas)
         del coco
+        if holdout and split in ("train", HOLDOUT_SPLIT):
+            held = random_subset(len(ids), holdout_count(len(ids), holdout), holdout_seed)
+            kept = [k for k in range(len(ids)) if held[k] == (split == HOLDOUT_SPLIT)]
+            ids, files, labels, boxes, box_labels, sizes = ([column[k] for k in kept] for column in (
+                ids, files, labels, boxes, box_labels, sizes))
         records = Records.build(ids, files, np.array(labels, bool).reshape(-1, len(cat_ids)), boxes, box_labels,
                                 sizes=sizes)
         self.annotation_path = ann_path

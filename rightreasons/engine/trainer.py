@@ -45,7 +45,8 @@ What a run never does (the README's *Reliability*; each rule kept in one place):
   :meth:`Trainer._after_epoch`);
 * **overwrite a finished run** — an output directory holding ``summary.json`` or ``model.safetensors`` is refused
   unless ``overwrite`` (``--overwrite``) asks for it; ``--resume`` of a finished run of the same config does nothing
-  (:func:`train`);
+  (:func:`train`); ``--resume`` with a longer schedule extends it (below), and its ``model.safetensors`` and
+  ``summary.json`` are replaced only once the new ones are written (:meth:`Trainer.finish`);
 * **resume on other data** — the checkpoint records the number and a digest of the ids of both splits, and a resume
   on data that changed is refused, naming what changed (:meth:`Trainer.resume`);
 * **end a write failure in anything but one message** — whatever the exception (``OSError``, safetensors'
@@ -54,6 +55,13 @@ What a run never does (the README's *Reliability*; each rule kept in one place):
   how to resume (:meth:`Trainer._writing`);
 * **reserve disk space for checkpoints that cannot exist** — the space check counts what the run can keep at once,
   less the checkpoints already on disk (:func:`require_checkpoint_space`).
+
+A resume may change the length of the schedule (:data:`SCHEDULE_KEYS`: ``optim.epochs``, ``max_steps``) as long as
+it does not end before the checkpoint it resumes from — a finished run is *extended*. The learning-rate schedule is then rebuilt
+for the new length and fast-forwarded to the checkpoint's step (:meth:`Trainer._continue_schedule`): every later step
+has the learning rate that a run trained on the new schedule from the start has at that step. The steps before were
+taken on the old schedule, so with a ``cosine`` schedule (whose every value depends on its length) the weights differ
+from those of that run; with ``constant`` the extended run *is* that run, bit for bit.
 
 ``SIGTERM`` or ``SIGUSR1`` (what schedulers send before they kill a job) make the run finish its current
 step, write a checkpoint and stop with :class:`Preempted`; the command line exits with :data:`EXIT_PREEMPTED`.
@@ -88,8 +96,8 @@ from ..console import count
 from ..data import collate
 from ..errors import DivergenceError, NonFiniteError, RightReasonsError, TrainingError, UsageError
 from ..faults import boundary
-from ..fileio import (DirectoryLock, read_json_object, remove_tree, require_free_space, writable_directory,
-                      write_json_atomic)
+from ..fileio import (DirectoryLock, atomic_write_all, json_text, read_json_object, remove_tree, require_free_space,
+                      writable_directory)
 from ..metrics import ParetoTracker
 from ..metrics.evaluation import evaluate, format_results
 from .checkpointing import CheckpointManager
@@ -100,8 +108,8 @@ from .optim import build_optimizer, build_scheduler, clip_gradients
 from .provenance import provenance
 from .task import Step, Task, task_for_config
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "RESUMABLE_KEYS", "Trainer", "config_differences", "finished_summary",
-           "require_checkpoint_space", "run", "train"]
+__all__ = ["EXIT_PREEMPTED", "Preempted", "RESUMABLE_KEYS", "SCHEDULE_KEYS", "Trainer", "config_differences",
+           "finished_summary", "require_checkpoint_space", "run", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +118,9 @@ MAX_BAD_STEPS = 3
 SUMMARY, MODEL_FILE = "summary.json", "model.safetensors"
 RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front")
 """Config keys a resume may change: where the run is and how many checkpoints it keeps (neither changes a result)."""
+SCHEDULE_KEYS = ("optim.epochs", "max_steps")
+"""Config keys a resume may also change: the length of the schedule, which is then rebuilt and fast-forwarded
+(:meth:`Trainer._continue_schedule`); a finished run resumed with a longer one is extended."""
 EXIT_PREEMPTED = 75
 """Exit code of a run stopped by ``SIGTERM``/``SIGUSR1`` after writing its checkpoint (``EX_TEMPFAIL``: try again;
 a requeued job continues with ``--resume``)."""
@@ -181,26 +192,36 @@ def require_checkpoint_space(output_dir: Path, config: TrainConfig, model: nn.Mo
                        "them), or choose another output_dir", TrainingError)
 
 
-def config_differences(saved: dict[str, Any], config: TrainConfig) -> list[str]:
+def _under(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """Prefixes of the :func:`~rightreasons.config.diff_configs` lines of ``keys``."""
+    return tuple(f"{k}:" for k in keys)
+
+
+def config_differences(saved: dict[str, Any], config: TrainConfig, may_change: tuple[str, ...] = ()) -> list[str]:
     """The keys (``key: saved != now``) in which ``config`` differs from the ``saved`` config dict of a checkpoint or
-    finished run, but for :data:`RESUMABLE_KEYS`."""
-    return [d for d in diff_configs(saved, to_dict(config)) if not d.startswith(tuple(f"{k}:" for k in RESUMABLE_KEYS))]
+    finished run, but for :data:`RESUMABLE_KEYS` and the keys ``may_change``."""
+    return [d for d in diff_configs(saved, to_dict(config)) if not d.startswith(_under(RESUMABLE_KEYS + may_change))]
 
 
-def finished_summary(output_dir: str | Path, config: TrainConfig) -> dict[str, Any] | None:
+def finished_summary(output_dir: str | Path, config: TrainConfig, extend: bool = False) -> dict[str, Any] | None:
     """The ``summary.json`` of the finished run in ``output_dir`` when it was trained with ``config``; ``None`` when
-    there is none. A finished run of another config is a :class:`~rightreasons.errors.TrainingError` naming the
-    differing keys (summaries that record no config are not judged)."""
+    there is none — or, with ``extend``, when ``config`` differs from the run's only in the length of the schedule
+    (:data:`SCHEDULE_KEYS`: the run is to be extended). A finished run of another config is a
+    :class:`~rightreasons.errors.TrainingError` naming the differing keys (summaries that record no config are not
+    judged)."""
     path = Path(output_dir) / SUMMARY
     if not path.is_file():
         return None
     summary = read_json_object(path, "training summary", TrainingError)
     recorded = summary.get("config")
-    differing = config_differences(recorded, config) if isinstance(recorded, dict) else []
+    if not isinstance(recorded, dict):
+        return summary
+    differing = config_differences(recorded, config, SCHEDULE_KEYS if extend else ())
     if differing:
+        extension = " (--resume may lengthen its schedule: optim.epochs, max_steps; nothing else)" if extend else ""
         raise TrainingError(f"{output_dir} holds a finished run of another config ({'; '.join(differing)}); pass "
-                            "--overwrite to replace it, or choose another output_dir")
-    return summary
+                            f"--overwrite to replace it, or choose another output_dir{extension}")
+    return None if extend and config_differences(recorded, config) else summary
 
 
 def split_identity(dataset: Any) -> dict[str, Any]:
@@ -270,11 +291,9 @@ class Trainer:
             raise TrainingError(f"data.batch_size={data.batch_size} is larger than the training set "
                                 f"({count(len(self.train_set), 'image')})")
         self.steps_per_epoch = math.ceil(len(loader) / optim.grad_accumulation)
-        total = optim.epochs * self.steps_per_epoch
-        self.total_steps = min(total, config.max_steps) if config.max_steps else total
+        self.total_steps = self._total_steps(optim.epochs, config.max_steps)
         optimizer = build_optimizer(model.parameters(), optim.name, optim.lr, optim.weight_decay, optim.momentum)
-        scheduler = build_scheduler(optimizer, optim.schedule, total,
-                                    round(optim.warmup_epochs * self.steps_per_epoch))
+        scheduler = self._schedule(optimizer)
         if self.accelerator.is_main_process:
             require_checkpoint_space(self.output_dir, config, model, self.total_steps / self.steps_per_epoch)
         self.agc = task.default_agc(model) if optim.agc == "auto" else optim.agc
@@ -289,6 +308,17 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.position = _Position()
         self.bad_steps = 0
+
+    def _total_steps(self, epochs: int, max_steps: int | None) -> int:
+        """Optimiser steps of a run of ``epochs`` epochs cut at ``max_steps`` (null: not cut) on this data."""
+        total = epochs * self.steps_per_epoch
+        return min(total, max_steps) if max_steps else total
+
+    def _schedule(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        """The learning-rate schedule of the config over all ``optim.epochs`` (``max_steps`` only cuts it short)."""
+        optim = self.config.optim
+        return build_scheduler(optimizer, optim.schedule, optim.epochs * self.steps_per_epoch,
+                               round(optim.warmup_epochs * self.steps_per_epoch))
 
     # ------------------------------------------------------------------ writing
     @contextmanager
@@ -347,7 +377,7 @@ class Trainer:
         else:
             path = Path(checkpoint)
         saved = self.checkpoints.read_state(path)
-        differing = config_differences(saved["config"], self.config)
+        differing = config_differences(saved["config"], self.config, SCHEDULE_KEYS)
         if differing:
             raise TrainingError(f"cannot resume from {path}: it was written with another config; differing keys: "
                                 + "; ".join(differing))
@@ -356,13 +386,60 @@ class Trainer:
             raise TrainingError(f"cannot resume from {path}: the data changed since it was written ({'; '.join(changes)}"
                                 f", {self.config.data.name}); a run resumes only on the same data: restore the data, "
                                 "or start a new run in another output_dir")
+        new_schedule = self._schedule_change(saved)
         state = self.checkpoints.load(path)
         self.position = _Position(state["epoch"], state["batch"], state["step"])
         self.bad_steps = state.get("bad_steps", 0)
         self.pareto.load_state_dict(state["pareto"])
         self.best, self.history = state["best"], state["history"]
         self.truncate_log(state.get("metrics_bytes", 0))
+        if new_schedule:
+            self._continue_schedule()
+            if self.accelerator.is_main_process:
+                logger.info(new_schedule)
         return True
+
+    def _schedule_change(self, saved: dict[str, Any]) -> str | None:
+        """How this config changes the length of the schedule of checkpoint state ``saved`` — e.g. ``extending the
+        finished run in runs/x from 1 to 2 epochs (step 8 of 16)`` — or ``None`` when it does not; a
+        :class:`TrainingError` when the new schedule would end before the checkpoint's step."""
+        before, now = saved["config"], self.config
+        old_epochs, old_max = before["optim"]["epochs"], before.get("max_steps")
+        if (old_epochs, old_max) == (now.optim.epochs, now.max_steps):
+            return None
+        step, total = saved["step"], self.total_steps
+        finished = "finished run" if (self.output_dir / SUMMARY).is_file() else "run"
+        changed = [f"optim.epochs={now.optim.epochs}"] * (old_epochs != now.optim.epochs) \
+            + [f"max_steps={now.max_steps}"] * (old_max != now.max_steps)
+        if total < step:
+            raise TrainingError(
+                f"{' and '.join(changed)} would shorten the {finished} in {self.output_dir}: it is at step {step} "
+                f"(epoch {saved['epoch']}) and this schedule ends at step {total}; a resume may lengthen the schedule "
+                "(a larger optim.epochs, a larger max_steps or max_steps=null)")
+        what = [f"from {old_epochs} to {now.optim.epochs} epochs"] * (old_epochs != now.optim.epochs) \
+            + [f"max_steps from {old_max} to {now.max_steps}"] * (old_max != now.max_steps)
+        before_total = self._total_steps(old_epochs, old_max)
+        verb = "extending" if total > before_total else "shortening" if total < before_total else \
+            "changing the schedule of"
+        return f"{verb} the {finished} in {self.output_dir} {' and '.join(what)} (step {step} of {total})"
+
+    def _continue_schedule(self) -> None:
+        """Rebuild the learning-rate schedule for this config's length and fast-forward it by the steps the restored
+        one took, so that every later step has the learning rate of a run trained on this schedule from the start
+        (torch's schedules compute each value from the previous one: replayed from the start, they match bit for
+        bit). Fast-forwarded on a stand-in optimiser with the same learning rates, then loaded into the run's."""
+        steps = self.scheduler.scheduler.last_epoch
+        groups = self.optimizer.param_groups
+        stand_in = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)], "lr": g["initial_lr"]}
+                                    for g in groups])
+        schedule = self._schedule(stand_in)
+        with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": no optimiser steps here
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(steps):
+                schedule.step()
+        self.scheduler.load_state_dict(schedule.state_dict())
+        for group, replayed in zip(groups, stand_in.param_groups):
+            group["lr"] = replayed["lr"]
 
     def truncate_log(self, size: int) -> None:
         """Drop what ``metrics.jsonl`` holds beyond ``size`` bytes: records of a run that died after its last
@@ -604,9 +681,12 @@ class Trainer:
         if self.accelerator.is_main_process:
             boundary("train: exporting the model")
             with self._writing(f"the exported model ({MODEL_FILE}) and {SUMMARY}"):
-                self.task.save_model(self.bare_model, self.output_dir / MODEL_FILE,
-                                     {"config": json.dumps(to_dict(self.config))})
-                write_json_atomic(self.output_dir / SUMMARY, summary)
+                # both written before either is replaced (an extended run's are, only then), the summary last
+                atomic_write_all([
+                    (self.output_dir / MODEL_FILE, lambda tmp: self.task.save_model(
+                        self.bare_model, tmp, {"config": json.dumps(to_dict(self.config))})),
+                    (self.output_dir / SUMMARY, lambda tmp: tmp.write_text(
+                        json_text(summary, str(self.output_dir / SUMMARY), sort_keys=True) + "\n", encoding="utf-8"))])
             if self.best:
                 logger.info("finished after %d steps: best validation %s %.4f at step %d; wrote %s and %s",
                             self.position.step, self.best.get("metric", "score"), self.best["score"],
@@ -619,11 +699,17 @@ class Trainer:
 def _previous_run(trainer: Trainer, resume: bool | str) -> dict[str, Any] | None:
     """Never overwrite a finished run: the summary of the finished run of this config in the output directory when
     resuming (there is nothing left to do); a :class:`TrainingError` naming the file when a run would overwrite
-    ``summary.json`` or ``model.safetensors``; ``None`` when the run may go on."""
+    ``summary.json`` or ``model.safetensors``; ``None`` when the run may go on — resumed with a longer schedule, a
+    finished run is extended from its newest checkpoint."""
     out = trainer.output_dir
     if (out / SUMMARY).is_file():
         if resume:
-            return finished_summary(out, trainer.config)
+            finished = finished_summary(out, trainer.config, extend=True)
+            if finished is None and trainer.checkpoints.latest() is None:
+                raise TrainingError(f"cannot extend the finished run in {out}: {trainer.checkpoints.root} holds no "
+                                    "checkpoint to continue from; pass --overwrite to train it again with this "
+                                    "schedule, or choose another output_dir")
+            return finished
         raise TrainingError(f"{out / SUMMARY} exists: {out} holds a finished run, which this run would overwrite; "
                             "pass --overwrite to replace it, --resume to keep it, or choose another output_dir")
     if (out / MODEL_FILE).is_file() and not (resume and trainer.checkpoints.latest() is not None):

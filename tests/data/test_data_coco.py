@@ -6,6 +6,7 @@ import pytest
 from rightreasons.apps.cli import main
 from rightreasons.data import BoxWarning, DataError, load_dataset
 from rightreasons.data.prepare import coco as prepare_coco
+from rightreasons.errors import UsageError
 
 CATEGORIES = [{"id": 1, "name": "person", "supercategory": "person"},
               {"id": 3, "name": "car", "supercategory": "vehicle"},
@@ -94,3 +95,38 @@ def test_prepare_checks_images_and_checksums(coco, capsys):
     assert report.exit_code == 1 and any("1 image(s) of split 'val' refused" in p and
                                          "COCO_val2014_000000000099.jpg: image file not found" in p
                                          for p in report.problems)
+
+
+def test_a_held_out_part_of_train2014_validates_and_never_shares_an_image_with_training(tmp_path, write_coco,
+                                                                                        capsys):
+    """COCO 2014 has no test labels: ``holdout`` takes a seeded part of train2014 as split ``holdout`` (selection),
+    leaving val2014 as the test split. The two parts of train2014 cover it exactly, fixed by ``holdout_seed`` alone."""
+    images = [{"id": i, "file_name": f"COCO_train2014_{i:012d}.jpg", "height": 16, "width": 16} for i in range(1, 22)]
+    annotations = [{"id": i, "image_id": i, "category_id": 3, "bbox": [1.0, 1.0, 8.0, 8.0], "iscrowd": 0,
+                    "area": 64.0, "segmentation": [[1.0, 1.0, 9.0, 1.0, 9.0, 9.0, 1.0, 9.0]]} for i in range(1, 21)]
+    root = write_coco(tmp_path, CATEGORIES, images, annotations, split="train")  # image 21: no annotation
+    write_coco(tmp_path, CATEGORIES, IMAGES, ANNOTATIONS, split="val")
+    every = set(load_dataset("coco2014", root, "train").ids)
+    assert len(every) == 20
+
+    def split(name: str, **options) -> list[str]:
+        return load_dataset("coco2014", root, name, **options).ids
+
+    for holdout, count in ((0.25, 5), (0.01, 1), (7, 7)):
+        held, train = split("holdout", holdout=holdout), split("train", holdout=holdout, annotated_fraction=0.5)
+        assert len(held) == count and not set(held) & set(train) and set(held) | set(train) == every
+        assert split("holdout", holdout=holdout) == held  # fixed: drawn with holdout_seed, not the run's seed
+    assert split("holdout", holdout=5, holdout_seed=1) != split("holdout", holdout=5)
+    assert split("val", holdout=5) == split("val") == ["7", "42"]  # val2014 is untouched: the test split
+    for bad, message in ((1.0, "a fraction of them in \\(0, 1\\), got 1.0"), (True, "got True"), ("0.1", "got '0.1'"),
+                         (-1, "got -1"), (20, "holds out 20 of the 20 images of the split, leaving none")):
+        with pytest.raises(UsageError, match=f"dataset option 'holdout' .*{message}"):
+            split("train", holdout=bad)
+    with pytest.raises(UsageError, match="split 'holdout' is the held-out part of train2014: set the dataset option "
+                                         "holdout"):
+        split("holdout")
+    # through the command line: a config validating on the held-out split without holding any out is one error line
+    (tmp_path / "config.yaml").write_text(f"cpu: true\nmodel: {{name: bcos_resnet18, kwargs: {{inplanes: 4}}}}\n"
+                                          f"data: {{name: coco2014, root: {root}, val_split: holdout}}\n")
+    assert main(["train", "--config", str(tmp_path / "config.yaml"), f"output_dir={tmp_path / 'run'}"]) == 2
+    assert "split 'holdout' is the held-out part of train2014" in capsys.readouterr().err

@@ -209,6 +209,12 @@ def test_the_readme_quickstart_runs_from_download_to_distilled_student(dataset, 
     (kept,) = (work / swept_run.output_dir).glob(f"test-{split}-step-*.json")
     assert json.loads(kept.read_text())["split"] == split and "Not scored" not in text
     assert "test score" in text and ("test accuracy/G1 landbird/land" in text) == (dataset == "waterbirds100")
+    if dataset == "coco2014":  # selected on a held-out part of train2014, never a training image; val2014 tests
+        data = baseline["config"]["data"]
+        held, trained = (set(load_dataset("coco2014", data["root"], split, **data["options"]).ids)
+                         for split in ("holdout", "train"))
+        assert data["val_split"] == "holdout" and held and trained and not held & trained
+        assert guided["config"]["data"]["val_split"] == "holdout" and "not held out" not in text
 
     # distillation: the guided run is the teacher, named by its run directory; its architecture comes from its file
     students = {name: json.loads((runs / name / "summary.json").read_text()) for name in ("e2kd", "kd", "e2kd-frozen")}
