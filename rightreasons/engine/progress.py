@@ -1,11 +1,12 @@
 """What a person sees while a run trains: a progress bar on a terminal, log lines elsewhere.
 
 On a terminal (stderr is one) the bar moves at every optimiser step and shows, beside tqdm's elapsed time, ETA and
-steps/s, the step's loss, the learning rate and images/s; status messages meanwhile (a validation's line, a warning)
-are printed above the bar instead of through it. Without a terminal (a log file, a batch job's output) each
-logged step — the steps whose losses ``metrics.jsonl`` records — is one line of this module's logger::
+steps/s, the step's loss, the learning rate and images/s; the command line's status messages meanwhile (a
+validation's line, a warning) are printed above the bar instead of through it. Without a terminal (a log file, a
+batch job's output) each logged step — the steps whose losses ``metrics.jsonl`` records — is one line of this
+module's logger::
 
-    step 40/620 (epoch 1/10): loss=0.6931, bce=0.6931, guidance=0.0123, lr=0.001, 412.3 img/s, ETA 05:12
+    step 40/620 (epoch 1/10): loss=1.506, classification=0.7272, localization=0.7786, lr=0.001, 412.3 img/s, ETA 05:12
 
 with every loss term, images/s since the previous line and the ETA at the pace of the run so far (validations
 included, as they recur).
@@ -21,7 +22,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from ..console import LOGGER_NAME, WARNINGS_LOGGER
+from ..console import console_loggers
 
 __all__ = ["Progress"]
 
@@ -47,8 +48,8 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self._stack.callback(self.bar.close)
-        if not self.bar.disable:
-            loggers = [logging.getLogger(LOGGER_NAME), logging.getLogger(WARNINGS_LOGGER)]
+        loggers = console_loggers()
+        if loggers and not self.bar.disable:
             self._stack.enter_context(logging_redirect_tqdm(loggers, tqdm_class=type(self.bar)))
         return self
 

@@ -18,14 +18,13 @@ its hooks. The trainer calls the task at fixed points, in this order, and at no 
    and ``task.save_model`` exports the model.
 
 The trackers of ``log_with`` (:mod:`rightreasons.engine.trackers`; TensorBoard by default) start when training starts
-(:meth:`Trainer.fit`), after every check of the run passed, so a refused start leaves no event file behind. What a
-person sees while a run trains (``logging``, this module's logger): on a terminal a progress bar with the loss, the
-learning rate, images/s and the ETA; elsewhere (a log file, a batch job) one line per logged step — the first step,
-every ``log_every`` steps and the last step of every epoch, the steps whose losses ``metrics.jsonl`` records — with
-every loss term, the learning rate, images/s since the previous line and the ETA at the run's pace so far. Each
-validation is one line with every metric by name. Epochs count from 1 in every record, line and ``summary.json``: a
-step's epoch is the one it belongs to, a validation's the epoch it ends (or, for a run cut short by ``max_steps``,
-the epoch of its last step).
+(:meth:`Trainer.fit`), after every check of the run passed, so a refused start leaves no event file behind. While a
+run trains, a terminal shows a progress bar with the loss, learning rate, images/s and ETA; elsewhere each logged step
+(:meth:`Trainer._logs_step`: the first, every ``log_every`` steps and the last of every epoch; the steps whose
+losses ``metrics.jsonl`` records) is one line (:mod:`rightreasons.engine.progress`). Each validation is one line with
+every metric by name (``logging``, this module's logger). Epochs count from 1 in every record, line and
+``summary.json``: a step's epoch is the one it belongs to, a validation's the epoch it ends (or, for a run cut short by
+``max_steps``, the epoch of its last step).
 
 Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch (a task's ``distribute``
 may synchronise BatchNorm statistics across processes, so that N processes train as one). Before anything is written,

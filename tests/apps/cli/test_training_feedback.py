@@ -83,6 +83,8 @@ def test_the_progress_bar_shows_loss_learning_rate_speed_and_eta(terminal_run):
     assert remaining == "00:00" and float(loss) > 0 and float(lr) == pytest.approx(1e-3) and float(speed) > 0
     assert any(re.search(r"\| [123]/4 \[\d+:\d\d<\d+:\d\d, .*loss=", s) for s in states)  # the ETA while training
     assert not re.search(r"^step \d+/4", shown, re.MULTILINE)  # the bar stands for the lines of a log
+    validations = [m.start() for m in re.finditer("validation at step", shown)]
+    assert len(validations) == 2 and all(shown[i - 1] in "\r\n" for i in validations)  # above the bar, not through it
 
 
 def test_explanation_images_reach_tensorboard(terminal_run):
@@ -127,3 +129,15 @@ def test_an_unknown_tracker_is_a_config_error_naming_the_known_ones(tmp_path, mo
     assert "log_with: expected list[" in error and "got ['tensorbord']" in error
     assert "'tensorboard' | " in error and "'wandb'" in error and "'all'" not in error
     assert not (tmp_path / "run").exists()
+
+
+def test_a_resume_may_change_the_trackers_but_not_what_is_logged():
+    """The trackers change no result, so ``--resume`` may add one (``log_with`` is a resumable key); ``log_every``
+    changes ``metrics.jsonl`` and stays fixed."""
+    from rightreasons.classification import ClassificationConfig
+    from rightreasons.config import from_dict, to_dict
+    from rightreasons.engine.trainer import config_differences
+
+    saved = to_dict(from_dict(ClassificationConfig, {}))
+    assert config_differences(saved, from_dict(ClassificationConfig, {"log_with": ["tensorboard"]})) == []
+    assert config_differences(saved, from_dict(ClassificationConfig, {"log_every": 1})) == ["log_every: 10 != 1"]
