@@ -31,8 +31,8 @@ import os
 import re
 import sys
 
-__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "WARNINGS_LOGGER", "configure_logging", "count", "plain_text",
-           "set_threads"]
+__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "WARNINGS_LOGGER", "configure_logging", "console_loggers", "count",
+           "plain_text", "set_threads"]
 
 LOGGER_NAME = "rightreasons"
 """The root of the package's logger hierarchy."""
@@ -87,6 +87,12 @@ def configure_logging(verbosity: int = 0) -> logging.Logger:
     warnings_logger.addHandler(_handler)
     logging.captureWarnings(True)
     return logger
+
+
+def console_loggers() -> list[logging.Logger]:
+    """The loggers whose messages :func:`configure_logging` sends to stderr (none before it was called): those a
+    progress bar on the terminal prints above itself instead of letting them run through it."""
+    return [] if _handler is None else [logging.getLogger(LOGGER_NAME), logging.getLogger(WARNINGS_LOGGER)]
 
 
 def set_threads(threads: int) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ..data import collate
+from ..data.io import open_image
 from ..engine import Hook, Trainer
 from ..explain import explain, prediction_caption, save_explanation
 from ..metrics.evaluation import is_multilabel
@@ -39,7 +41,8 @@ class ExplanationImages(Hook):
     """After each validation, colour explanations of the first ``count`` validation images (``eval.num_images``;
     B-cos models) into ``<output_dir>/explanations/step-<step>/``: the image with the boxes of the explained class,
     ``W(x)`` and the contributions, titled with the class name and its probability through the link of the training
-    loss (``loss``, the config's ``loss.classification``)."""
+    loss (``loss``, the config's ``loss.classification``). The same pictures go to the trackers that take images
+    (``explanations/<file name>`` at the validation's step)."""
 
     def __init__(self, count: int, loss: str) -> None:
         self.count, self.loss = count, loss
@@ -57,10 +60,13 @@ class ExplanationImages(Hook):
                                                                                   is_multilabel(val_set)))
         folder = trainer.output_dir / "explanations" / f"step-{step:06d}"
         classes = getattr(val_set, "classes", None)
+        pictures = {}
         for i in range(count):
             target = int(e.target[i])
             boxes = batch["boxes"][i].as_subclass(Tensor)[torch.as_tensor(batch["box_labels"][i]) == target]
-            save_explanation(folder / f"{i:02d}-{batch['id'][i]}.png", images[i].cpu(), e.weights[i].cpu(),
-                             title=prediction_caption(probabilities[i], target, classes, e.logits[i]),
-                             boxes=boxes.cpu())
+            path = save_explanation(folder / f"{i:02d}-{batch['id'][i]}.png", images[i].cpu(), e.weights[i].cpu(),
+                                    title=prediction_caption(probabilities[i], target, classes, e.logits[i]),
+                                    boxes=boxes.cpu())
+            pictures[f"explanations/{path.stem}"] = np.asarray(open_image(path, max_pixels=None))
+        trainer.log_images(pictures, step)
         model.train()

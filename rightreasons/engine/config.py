@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from ..config import expect
 from .optim import OptimizerName, ScheduleName
+from .trackers import TrackerName
 
 __all__ = ["CROP_SCALE", "CheckpointConfig", "DataConfig", "EvalConfig", "KEEP_FRONT", "MAX_LR", "OptimConfig",
            "RESERVED_DATA_OPTIONS", "TrainConfig"]
@@ -185,7 +186,13 @@ class TrainConfig:
     """Stop after this many optimiser steps (a smoke test or a time budget); the schedule still spans `optim.epochs`.
     null: train all epochs."""
     log_every: int = 10
-    """Log the training losses and learning rate every this many optimiser steps (`metrics.jsonl`, TensorBoard)."""
+    """Log the training losses and learning rate every this many optimiser steps, at the first step and at the last
+    step of every epoch (to `metrics.jsonl` and the trackers of `log_with`; outside a terminal also as a console line
+    with images/s and the ETA, which a terminal's progress bar shows at every step)."""
+    log_with: list[TrackerName] | None = None
+    """The experiment trackers (accelerate's) that get the logged numbers, and explanation images where they take
+    images (`tensorboard`, `wandb`): e.g. `[tensorboard, wandb]`; each needs its package installed (`pip install
+    wandb`). null: TensorBoard where it is installed; `[]`: none."""
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -196,3 +203,5 @@ class TrainConfig:
         expect(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         expect(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "an integer >= 1 or null")
         expect(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
+        expect(self.log_with is None or len(set(self.log_with)) == len(self.log_with), "log_with", self.log_with,
+               "a list of distinct tracker names or null")

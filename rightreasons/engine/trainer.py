@@ -17,9 +17,14 @@ its hooks. The trainer calls the task at fixed points, in this order, and at no 
    ``task.evaluators(dataset)``, then hooks' ``after_validation``; at the end also on ``task.final_evaluations()``,
    and ``task.save_model`` exports the model.
 
-TensorBoard's writer is created when training starts (:meth:`Trainer.fit`), after every check of the run passed, so a
-refused start leaves no event file behind. Each validation is logged (``logging``, this module's logger) as one line
-with every metric by name; the progress bar shows only on a terminal.
+The trackers of ``log_with`` (:mod:`rightreasons.engine.trackers`; TensorBoard by default) start when training starts
+(:meth:`Trainer.fit`), after every check of the run passed, so a refused start leaves no event file behind. While a
+run trains, a terminal shows a progress bar with the loss, learning rate, images/s and ETA; elsewhere each logged step
+(:meth:`Trainer._logs_step`: the first, every ``log_every`` steps and the last of every epoch; the steps whose
+losses ``metrics.jsonl`` records) is one line (:mod:`rightreasons.engine.progress`). Each validation is one line with
+every metric by name (``logging``, this module's logger). Epochs count from 1 in every record, line and
+``summary.json``: a step's epoch is the one it belongs to, a validation's the epoch it ends (or, for a run cut short by
+``max_steps``, the epoch of its last step).
 
 Batches are split across processes (``split_batches``): ``data.batch_size`` is the global batch (a task's ``distribute``
 may synchronise BatchNorm statistics across processes, so that N processes train as one). Before anything is written,
@@ -70,7 +75,6 @@ step, write a checkpoint and stop with :class:`Preempted`; the command line exit
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import math
@@ -84,12 +88,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import TorchDynamoPlugin, set_seed
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from ..config import diff_configs, to_dict
 from ..console import count
@@ -105,8 +109,10 @@ from .config import OptimConfig, TrainConfig
 from .data import SeededTransform, mix_seed
 from .launch import start_checks, use_cpu
 from .optim import build_optimizer, build_scheduler, clip_gradients
+from .progress import Progress
 from .provenance import provenance
 from .task import Step, Task, task_for_config
+from .trackers import accelerate_trackers, log_images, run_trackers, start_trackers
 
 __all__ = ["EXIT_PREEMPTED", "Preempted", "RESUMABLE_KEYS", "SCHEDULE_KEYS", "Trainer", "config_differences",
            "finished_summary", "require_checkpoint_space", "run", "train"]
@@ -116,8 +122,9 @@ logger = logging.getLogger(__name__)
 MAX_BAD_STEPS = 3
 """Skipped steps (non-finite loss or gradients) in a row after which a run has diverged."""
 SUMMARY, MODEL_FILE = "summary.json", "model.safetensors"
-RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front")
-"""Config keys a resume may change: where the run is and how many checkpoints it keeps (neither changes a result)."""
+RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front", "log_with")
+"""Config keys a resume may change: where the run is, how many checkpoints it keeps and which trackers it logs to
+(none changes a result)."""
 SCHEDULE_KEYS = ("optim.epochs", "max_steps")
 """Config keys a resume may also change: the length of the schedule, which is then rebuilt and fast-forwarded
 (:meth:`Trainer._continue_schedule`); a finished run resumed with a longer one is extended."""
@@ -141,11 +148,18 @@ OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "sgd": 1}
 
 @dataclass
 class _Position:
-    """Where the run is: epoch, next batch inside it and optimiser steps taken."""
+    """Where the run is: epochs completed (the index of the epoch in progress), next batch inside it and optimiser
+    steps taken."""
 
     epoch: int = 0
     batch: int = 0
     step: int = 0
+
+    @property
+    def epoch_number(self) -> int:
+        """The epoch of the newest step, counted from 1 (the number records and messages show): the epoch in
+        progress, or the one just completed; 0 before the first step."""
+        return self.epoch + (self.batch > 0)
 
 
 def _preflight(output_dir: Path) -> None:
@@ -251,12 +265,12 @@ class Trainer:
         self.task = task
         self.config = config = task.config
         self.output_dir = Path(config.output_dir)
-        self.tensorboard = importlib.util.find_spec("tensorboard") is not None
+        self.trackers = run_trackers(config.log_with)  # a tracker not installed: refused before anything is written
         self.accelerator = accelerator or Accelerator(
             cpu=use_cpu(config.cpu), mixed_precision=config.mixed_precision,
             gradient_accumulation_steps=config.optim.grad_accumulation,
             dataloader_config=DataLoaderConfiguration(split_batches=True),
-            log_with="tensorboard" if self.tensorboard else None, project_dir=str(self.output_dir),
+            log_with=accelerate_trackers(self.trackers, self.output_dir) or None, project_dir=str(self.output_dir),
             dynamo_plugin=TorchDynamoPlugin(backend=config.compile))
         self.lock = DirectoryLock(self.output_dir, error=TrainingError)  # held by the main process until the run ends
         start_checks(self.accelerator, lambda: (_preflight(self.output_dir), self.lock.acquire()))
@@ -340,14 +354,19 @@ class Trainer:
     # ------------------------------------------------------------------ logging and state
     def log(self, record: dict[str, Any]) -> None:
         """Append a record (``split``, ``step``, ``epoch`` and numbers) to ``metrics.jsonl`` and its scalars to the
-        trackers (TensorBoard)."""
+        trackers (``log_with``)."""
         scalars = {f"{record['split']}/{k}": v for k, v in record.items()
                    if isinstance(v, (int, float)) and k not in ("step", "epoch")}
-        with self._writing(f"the metrics ({self.metrics_file} and TensorBoard's events)"):
+        with self._writing(f"the metrics ({self.metrics_file} and the trackers' logs)"):
             self.accelerator.log(scalars, step=record["step"])
             if self.accelerator.is_main_process:
                 with open(self.metrics_file, "a") as f:
                     f.write(json.dumps(record) + "\n")
+
+    def log_images(self, images: dict[str, np.ndarray], step: int) -> None:
+        """Log ``images`` (name → ``[H, W, 3]`` uint8 array) at ``step`` to the trackers that take images."""
+        with self._writing("images to the trackers' logs"):
+            log_images(self.accelerator, images, step)
 
     @property
     def metrics_file(self) -> Path:
@@ -478,9 +497,10 @@ class Trainer:
         newest = self.checkpoints.latest()
         kept = f"the newest checkpoint, {newest.name}, holds finite weights and is kept" if newest else \
             "no checkpoint was written yet"
+        epoch = self.position.epoch + 1 if step is None else self.position.epoch_number
         step = self.position.step + 1 if step is None else step
         return DivergenceError(
-            f"training diverged at step {step} (epoch {self.position.epoch}): {what}. Nothing non-finite was saved: "
+            f"training diverged at step {step} (epoch {epoch}): {what}. Nothing non-finite was saved: "
             f"{kept}. A resume would diverge the same way: lower optim.lr or the loss weights (or check the data for "
             "corrupt images) and start again with --overwrite or in another output_dir")
 
@@ -489,7 +509,7 @@ class Trainer:
         :data:`MAX_BAD_STEPS` in a row."""
         self.bad_steps += 1
         self.optimizer.zero_grad()
-        warnings.warn(f"non-finite {what} at epoch {self.position.epoch}, batch {self.position.batch} "
+        warnings.warn(f"non-finite {what} at epoch {self.position.epoch + 1}, batch {self.position.batch + 1} "
                       f"(ids {batch['id'][:8]}): step skipped")
         if self.bad_steps >= MAX_BAD_STEPS:
             values = ", ".join(f"{k}={v.item():.4g}" for k, v in terms.items())
@@ -555,7 +575,7 @@ class Trainer:
         if non_finite:
             raise self._diverged("validation gave non-finite " + ", ".join(f"{k}={v}" for k, v in non_finite.items()),
                                  self.position.step)
-        record = {"step": self.position.step, "epoch": self.position.epoch, **results}
+        record = {"step": self.position.step, "epoch": self.position.epoch_number, **results}
         self.history.append(record)
         self.log({"split": "val", **record})
         self.pareto.update({"id": self.position.step, **{k: results[k] for k in self.pareto.objectives}})
@@ -568,7 +588,7 @@ class Trainer:
             self.best = {"step": self.position.step, "score": results[select],
                          "metric": results.get("score_metric", "score") if select == "score" else select}
         if self.accelerator.is_main_process:
-            logger.info("validation at step %d (epoch %d): %s", self.position.step, self.position.epoch,
+            logger.info("validation at step %d (epoch %d): %s", self.position.step, self.position.epoch_number,
                         format_results(results))
         for hook in self.hooks:
             hook.after_validation(self, self.position.step, results)
@@ -585,26 +605,28 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train to the end (or ``max_steps``), validating every ``eval.every_epochs`` epochs and at the end; returns
         the summary. Raises :class:`Preempted` after checkpointing when ``SIGTERM``/``SIGUSR1`` arrives."""
-        if self.tensorboard:  # only now, after every check passed: a refused start leaves no TensorBoard run
-            with self._writing("TensorBoard's events"):
-                self.accelerator.init_trackers("tensorboard")
+        if self.trackers:  # only now, after every check passed: a refused start leaves no tracker's run behind
+            with self._writing(f"the trackers' logs ({', '.join(self.trackers)})"):
+                start_trackers(self.accelerator, self.output_dir)
         received: list[str] = []
         previous = {s: signal.signal(s, lambda number, _frame: received.append(signal.Signals(number).name))
                     for s in PREEMPTION_SIGNALS}
         try:
             start = time.time()
-            self._loop(received)
+            with Progress(self.position.step, self.total_steps, math.ceil(self.total_steps / self.steps_per_epoch),
+                          self.config.data.batch_size * self.config.optim.grad_accumulation,
+                          bar=self.accelerator.is_local_main_process,
+                          lines=self.accelerator.is_main_process) as progress:
+                self._loop(received, progress)
             return self.finish(time.time() - start)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
-    def _loop(self, received: list[str]) -> None:
+    def _loop(self, received: list[str], progress: Progress) -> None:
         config = self.config
         self.model.train()
         every = config.checkpoint.every_steps
-        bar = tqdm(total=self.total_steps, initial=self.position.step, desc="train",
-                   disable=None if self.accelerator.is_local_main_process else True)  # None: off unless a terminal
         self._at_step(self.position.step)
         while not self._finished():
             epoch = self.position.epoch
@@ -618,10 +640,13 @@ class Trainer:
                 if self.accelerator.sync_gradients and stats is not None:
                     self.position.step += 1
                     self._at_step(self.position.step)
-                    bar.update(1)
-                    if self.position.step % config.log_every == 0:
-                        self.log({"split": "train", "step": self.position.step, "epoch": epoch,
-                                  "lr": self.scheduler.get_last_lr()[0], **stats})
+                    lr = self.scheduler.get_last_lr()[0]
+                    progress.step(self.position.step, stats["loss"], lr)
+                    if self._logs_step():
+                        record = {"split": "train", "step": self.position.step,
+                                  "epoch": self.position.epoch_number, "lr": lr, **stats}
+                        self.log(record)
+                        progress.logged(record)
                 if self.position.step >= self.total_steps or self.position.batch == len(self.loader):
                     break  # the step ending the epoch or the run is checkpointed after its validation, below
                 stop = self._preemption_requested(received)
@@ -636,7 +661,13 @@ class Trainer:
             path = self._save()
             if self._preemption_requested(received):
                 raise Preempted(path, received[0] if received else "a signal to another process")
-        bar.close()
+
+    def _logs_step(self) -> bool:
+        """Whether the step just taken is logged: the first step, every ``log_every`` steps and the last step of every
+        epoch and of the run (so a run shorter than ``log_every`` steps logs its losses too)."""
+        step = self.position.step
+        return (step == 1 or step % self.config.log_every == 0 or self.position.batch == len(self.loader)
+                or step == self.total_steps)
 
     def _batches(self, loader: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """The loader's batches; a data-loading worker that died (killed for lack of memory, most often) ends the run
@@ -661,7 +692,7 @@ class Trainer:
     def finish(self, seconds: float) -> dict[str, Any]:
         """Evaluate the task's final datasets, export the final model (safetensors with its registry arguments) and
         write ``summary.json``."""
-        summary = {"task": self.task.name, "steps": self.position.step, "epochs": self.position.epoch,
+        summary = {"task": self.task.name, "steps": self.position.step, "epochs": self.position.epoch_number,
                    "seconds": round(seconds, 2),
                    "best": self.best, "pareto_front": self.pareto.front, "history": self.history,
                    "config": to_dict(self.config), "provenance": provenance()}
@@ -676,7 +707,7 @@ class Trainer:
             split = getattr(dataset, "split", key)
             boundary(f"train: final evaluation of {key}")
             results = self.evaluate(dataset)
-            self.log({"split": split, "step": self.position.step, "epoch": self.position.epoch, **results})
+            self.log({"split": split, "step": self.position.step, "epoch": self.position.epoch_number, **results})
             summary[key] = {"split": split, **results}
         if self.accelerator.is_main_process:
             boundary("train: exporting the model")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -118,8 +119,8 @@ def test_non_finite_losses_are_skipped_then_training_stops(tmp_path, monkeypatch
         return {"classification": loss}, loss
 
     monkeypatch.setattr(trainer.task, "losses", nan_loss)
-    with pytest.warns(UserWarning, match=r"non-finite loss at epoch 0, batch \d .*step skipped"):
-        with pytest.raises(DivergenceError, match=r"training diverged at step 1 \(epoch 0\): 3 steps in a row had a "
+    with pytest.warns(UserWarning, match=r"non-finite loss at epoch 1, batch [123] .*step skipped"):
+        with pytest.raises(DivergenceError, match=r"training diverged at step 1 \(epoch 1\): 3 steps in a row had a "
                                                   "non-finite loss"):
             trainer.fit()
     assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
@@ -138,10 +139,12 @@ def test_unwritable_output_directory_fails_before_training(tmp_path):
 # ---------------------------------------------------------------------------------------------------------- runs
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory) -> Path:
-    """One uninterrupted 1-process guided run (2 epochs × 6 steps, checkpoints every 2 steps)."""
+    """One uninterrupted 1-process guided run (2 epochs × 6 steps, checkpoints every 2 steps), with ``--verbose``;
+    its console output (stderr, not a terminal) is kept in ``stderr.txt``."""
     folder = tmp_path_factory.mktemp("reference")
     (folder / "config.yaml").write_text(BASE)
-    _run(["guide", "--config", "config.yaml", "output_dir=run"], folder)
+    done = _run(["--verbose", "guide", "--config", "config.yaml", "output_dir=run"], folder)
+    (folder / "stderr.txt").write_text(done.stderr)
     return folder
 
 
@@ -168,6 +171,36 @@ def test_run_writes_model_metrics_checkpoints_and_explanations(reference_run):
 
     model = load_model(run / "model.safetensors")
     assert model.num_classes == 2
+
+
+STEP_LINE = re.compile(r"step (\d+)/12 \(epoch (\d)/2\): (.*), lr=(\S+), ([\d.]+) img/s, ETA ([\d:]+)$")
+
+
+def test_every_logged_step_is_a_console_line_and_epochs_count_from_one(reference_run):
+    """Issue 25: ``--verbose log_every=1`` printed no loss; step 1 was epoch 0 in the train record of metrics.jsonl
+    and epoch 1 in the validation record. Now each logged step (here every step) is one line outside a terminal —
+    step/total, epoch/total, every loss term, learning rate, images/s and ETA — and every record, line and the
+    summary count epochs from 1: a step's epoch is the one it belongs to, a validation's the epoch it ends."""
+    run = reference_run / "run"
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 13))
+    assert [r["epoch"] for r in train] == [1] * 6 + [2] * 6
+    assert [(r["step"], r["epoch"]) for r in records if r["split"] == "val"] == [(6, 1), (12, 2)]
+    assert {r["split"] for r in records} == {"train", "val"}  # a guided run has no final evaluations
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["epochs"] == 2 and [r["epoch"] for r in summary["history"]] == [1, 2]
+    lines = [m for m in map(STEP_LINE.search, (reference_run / "stderr.txt").read_text().splitlines()) if m]
+    assert len(lines) == len(train)
+    for line, record in zip(lines, train):
+        step, epoch, terms, lr, speed, _ = line.groups()
+        assert (int(step), int(epoch)) == (record["step"], record["epoch"])
+        assert float(lr) == pytest.approx(record["lr"], rel=1e-3) and float(speed) > 0
+        shown = dict(term.split("=") for term in terms.split(", "))
+        assert shown.keys() == record.keys() - {"split", "step", "epoch", "lr"} and "localization" in shown
+        assert all(float(v) == pytest.approx(record[k], rel=1e-3, abs=1e-12) for k, v in shown.items())
+    validations = re.findall(r"validation at step (\d+) \(epoch (\d+)\)", (reference_run / "stderr.txt").read_text())
+    assert validations == [("6", "1"), ("12", "2")]
 
 
 def test_two_processes_match_one_process(reference_run, tmp_path, launch):

@@ -102,11 +102,19 @@ def test_every_validation_is_one_console_line_and_the_best_score_names_its_metri
         assert record["worst_group"] in GROUP_NAMES and f"worst_group={record['worst_group']}" in line
 
 
-def test_a_run_shorter_than_an_epoch_validates_at_its_end(workdir):
+def test_a_run_shorter_than_an_epoch_validates_at_its_end_and_logs_its_loss(workdir, caplog, capsys):
+    """Issue 25: with the default ``log_every`` (10) a run of fewer steps logged no loss at all; the last step of a run
+    (and of every epoch) is always logged, and its epoch (1, the epoch it belongs to) is the validation's."""
+    caplog.set_level(logging.INFO, logger="rightreasons")
     assert main(["train", "--config", "config.yaml", "max_steps=1"]) == 0  # an epoch has two steps
     summary = json.loads((workdir / "run" / "summary.json").read_text())
     assert summary["steps"] == 1 and [r["step"] for r in summary["history"]] == [1]
     assert summary["best"] == {"step": 1, "score": summary["history"][0]["score"], "metric": "accuracy"}
+    records = [json.loads(line) for line in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["split"], r["step"], r["epoch"]) for r in records][:2] == [("train", 1, 1), ("val", 1, 1)]
+    assert summary["epochs"] == 1 and summary["history"][0]["epoch"] == 1
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert line.startswith(f"step 1/1 (epoch 1/1): loss={records[0]['loss']:.4g}, ") and " img/s, ETA " in line
 
 
 def test_train_and_guide_need_a_config(workdir, capsys):
