@@ -288,6 +288,44 @@ def train_step_time(settings: Settings) -> list[Row]:
                 "ratio = median(ours / reference)")]
 
 
+@section("torch-compile")
+def torch_compile(settings: Settings) -> list[Row]:
+    """``torch.compile`` of a B-cos ResNet-18 vs torchvision's ResNet-18 (training mode): graph breaks (TorchDynamo's
+    explain), compile time (the first compiled forward + backward), and the compiled B-cos step against its eager
+    self. ``--quick``: the ``aot_eager`` backend (traces, generates no kernels)."""
+    import torch._dynamo
+    from torchvision.models import resnet18
+
+    batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 64, 10, 2)
+    backend = "aot_eager" if settings.quick else "inductor"
+    x, labels, _, _ = _boxed_batch(batch, size, settings.device)
+    models = {"bcos": rr.create_model("bcos_resnet18", num_classes=20).train().to(settings.device),
+              "standard": resnet18(num_classes=20).train().to(settings.device)}
+    inputs = {"bcos": x, "standard": x[:, :3]}
+    breaks = torch._dynamo.explain(models["bcos"])(x).graph_break_count
+    compile_seconds, compiled = {}, {}
+    for name, model in models.items():
+        torch._dynamo.reset()
+        compiled[name] = torch.compile(model, backend=backend)
+        start = time.perf_counter()
+        step(plain_loss(compiled[name], inputs[name], labels))()
+        compile_seconds[name] = time.perf_counter() - start
+    times = alternate({"compiled": step(plain_loss(compiled["bcos"], x, labels)),
+                       "eager": step(plain_loss(models["bcos"], x, labels))}, settings, repeats, warmup)
+    speed = statistics.median(e / c for c, e in zip(times["compiled"], times["eager"]))
+    ratio = compile_seconds["bcos"] / compile_seconds["standard"]
+    setup = (f"ResNet-18, 20 classes, train mode, batch {batch} at {size} px, backend {backend}, "
+             f"{torch.get_num_threads()} threads")
+    return [Row("torch-compile: graph breaks", breaks, 0, float(breaks), "<= 2", breaks <= 2,
+                f"{setup}: graph breaks of the B-cos ResNet-18 (torch._dynamo.explain); reference: none", unit="breaks"),
+            Row("torch-compile: compile time", compile_seconds["bcos"], compile_seconds["standard"], ratio, "<= 3",
+                ratio <= 3, f"{setup}: seconds of the first compiled BCE step, B-cos vs torchvision's ResNet-18"),
+            Row("torch-compile: compiled vs eager step", statistics.median(times["compiled"]),
+                statistics.median(times["eager"]), speed, ">= 1.2", speed >= 1.2,
+                f"{setup}: B-cos BCE step compiled vs eager, {repeats} alternating repeats; ratio = median(eager / "
+                "compiled), the speed-up")]
+
+
 @section("guidance-few-boxes")
 def guidance_few_boxes(settings: Settings) -> list[Row]:
     """A guided step whose batch has boxes on 10 % of its images: only those are explained (``explain="annotated"``)

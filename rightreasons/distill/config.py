@@ -42,7 +42,8 @@ class TeacherConfig:
     """The teacher's registered architecture; null: the one its `checkpoint` records (a model file or run of
     ours)."""
     checkpoint: str | None = None
-    """The teacher's weights: a weights file, or a finished run's directory (its `model.safetensors`); with `name`
+    """The teacher's weights: a weights file, a finished run's directory (its `model.safetensors`) or, for `rightreasons
+    distill` and `cache`, one of a run's checkpoint directories (with the architecture its run trained); with `name`
     too, the file's architecture must be the one named."""
     pretrained: bool = False
     """The published ImageNet weights of `name` as the teacher (needs `name`)."""

@@ -29,6 +29,7 @@ def cli(*args):
                           env=env, timeout=120)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.timeout(300)
 def test_imagenet_folder_cache_check_and_frozen_distillation_through_the_cli(tmp_path):
     root = bench_module().write_imagenet_folder(tmp_path / "imagenet", classes=10, per_class=2, size=32)

@@ -45,7 +45,7 @@ def test_gradcam_e2kd_through_data_parallel_equals_the_bare_student():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("frozen", [False, True], ids=["live", "frozen"])
+@pytest.mark.parametrize("frozen", [False, pytest.param(True, marks=pytest.mark.exhaustive)], ids=["live", "frozen"])
 def test_gradcam_e2kd_between_standard_models_under_torchrun_on_two_processes(tmp_path: Path, launch, frozen):
     config = {
         "output_dir": str(tmp_path / "run"), "log_every": 1, "seed": 1,  # the teacher is built from seed 0

@@ -104,7 +104,7 @@ WRITERS = {  # name -> (object, attribute): every writer a run calls
     "trainer state and manifest": (checkpointing, "write_json_atomic"),
     "metrics and TensorBoard": (Accelerator, "log"),
     "exported model": (ClassificationTask, "save_model"),
-    "summary": (trainer, "write_json_atomic"),
+    "summary": (trainer, "json_text"),
 }
 ONCE = {"exported model", "summary"}  # called once per run
 

@@ -108,7 +108,7 @@ def _kill_everywhere(runner, tmp_path: Path, kind: str, make_config, outcome, jo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("keep_last", [1, 2])
+@pytest.mark.parametrize("keep_last", [1, pytest.param(2, marks=pytest.mark.exhaustive)])
 def test_guide_survives_a_kill_at_every_boundary(runner, run_outcome, tmp_path, keep_last):
     checked = _kill_everywhere(runner, tmp_path, "train", lambda out: _train_config(out, keep_last), run_outcome,
                                job=lambda out: {})
@@ -128,7 +128,7 @@ def test_batches_with_k_annotated_images_resume_mid_epoch_to_the_same_result(run
     assert run_outcome(killed) == run_outcome(reference)
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 def test_distill_frozen_survives_a_kill_at_every_boundary(runner, run_outcome, tmp_path):
     teacher = tmp_path / "teacher.safetensors"
     rightreasons.save_model(rightreasons.create_model("bcos_resnet18", num_classes=2, inplanes=4), teacher)

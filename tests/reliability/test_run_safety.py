@@ -129,7 +129,7 @@ def finished(tmp_path_factory) -> Path:
     return folder / "run"
 
 
-@pytest.mark.parametrize("resume", [False, True], ids=["fresh", "resume"])
+@pytest.mark.parametrize("resume", [False, pytest.param(True, marks=pytest.mark.exhaustive)], ids=["fresh", "resume"])
 def test_a_finished_run_is_never_overwritten_without_overwrite(finished, tmp_path, resume):
     """``checkpoints/`` deleted to save space, then the same directory with another learning rate. Before: a warning,
     then ``metrics.jsonl`` truncated and ``model.safetensors`` and ``summary.json`` replaced."""
@@ -196,7 +196,8 @@ def test_a_checkpoint_directory_linked_out_of_the_run_is_refused(finished, tmp_p
 
 # ------------------------------------------------------------------------------------------------------- write failures
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
-@pytest.mark.parametrize("limit, raised", [(100_000, "SafetensorError"), (1_000_000, "RuntimeError")],
+@pytest.mark.parametrize("limit, raised", [(100_000, "SafetensorError"),
+                                           pytest.param(1_000_000, "RuntimeError", marks=pytest.mark.exhaustive)],
                          ids=["safetensors", "torch-save"])
 def test_a_write_failure_of_any_kind_says_nothing_was_lost_and_resume_finishes_the_run(finished, tmp_path, limit,
                                                                                        raised):

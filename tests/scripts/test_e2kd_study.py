@@ -13,7 +13,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "e2kd_study.py"
 
 @pytest.mark.parametrize("study, metrics, images", [
     ("limited-data", {"accuracy", "agreement", "explanation_similarity"}, 2 * 6),   # 2 shots x 6 shape classes
-    ("unbiased-teacher", {"accuracy", "ood_accuracy", "agreement", "ood_agreement", "explanation_similarity"}, 48),
+    pytest.param("unbiased-teacher", {"accuracy", "ood_accuracy", "agreement", "ood_agreement",
+                                      "explanation_similarity"}, 48, marks=pytest.mark.exhaustive),
 ])
 def test_quick_study_writes_results_and_report(tmp_path, study, metrics, images):
     result = subprocess.run([sys.executable, str(SCRIPT), study, "--quick", "--out", str(tmp_path)],
@@ -30,6 +31,7 @@ def test_quick_study_writes_results_and_report(tmp_path, study, metrics, images)
     assert f"# e²KD study `{study}`" in report and "| e²KD (frozen) |" in report
 
 
+@pytest.mark.exhaustive
 def test_quick_cache_format_study_trains_from_a_float16_and_a_compact_cache(tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPT), "limited-data", "--quick", "--cache-formats", "--out",
                              str(tmp_path)], capture_output=True, text=True, timeout=300)

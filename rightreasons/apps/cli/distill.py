@@ -28,6 +28,7 @@ from ...errors import UsageError
 from .arguments import add_overwrite, add_resume, non_negative_int, positive_int, resume_and_overrides
 
 if TYPE_CHECKING:
+    from ...distill import DistillConfig
     from ...engine.artifacts import RunArtifact
 
 __all__ = ["register"]
@@ -107,7 +108,7 @@ def run_distill(args: argparse.Namespace) -> int:
 
     resume, overrides = resume_and_overrides(args)
     overrides += [f"distill.frozen={args.frozen}"] if args.frozen else []
-    config = load_task_config("distill", args.config, overrides)
+    config = _located_teacher(load_task_config("distill", args.config, overrides), args.config, overrides)
     summary = run(config, resume=resume, overwrite=args.overwrite)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir,
@@ -138,6 +139,18 @@ def _teacher_overrides(teacher: str) -> list[str]:
     return [f"teacher.checkpoint={artifact.weights}", f"teacher.name={name}", f"teacher.kwargs={json.dumps(kwargs)}"]
 
 
+def _located_teacher(config: DistillConfig, path: str | None, overrides: list[str]) -> DistillConfig:
+    """``config`` whose ``teacher.checkpoint`` (without ``teacher.name``) names a run artefact read as ``--teacher``
+    reads it (:func:`_teacher_overrides`): a checkpoint directory, whose weights file records no architecture, then
+    gives the architecture its run trained."""
+    from ..tasks import load_task_config
+
+    teacher = config.teacher
+    if teacher.name is not None or teacher.checkpoint is None or not Path(teacher.checkpoint).exists():
+        return config
+    return load_task_config("distill", path, overrides + _teacher_overrides(teacher.checkpoint))
+
+
 def run_cache(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
@@ -150,7 +163,7 @@ def run_cache(args: argparse.Namespace) -> int:
                       (args.image_size, "data.image_size"), (args.format, "distill.cache_format")):
         if flag is not None:
             overrides.append(f"{key}={flag}")
-    config = load_task_config("distill", args.config, overrides)
+    config = _located_teacher(load_task_config("distill", args.config, overrides), args.config, overrides)
     if args.check:
         print(json.dumps(check_cache(config, args.out, num_images=args.num_images)))
         return 0

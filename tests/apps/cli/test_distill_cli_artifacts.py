@@ -90,3 +90,16 @@ def test_a_path_that_is_no_artefact_is_one_error_line_naming_it(command, kind, t
         "no such model file, run directory or checkpoint directory"
     assert expected in error, error
     assert not (tmp_path / "out").exists()
+
+
+def test_a_config_whose_teacher_is_a_checkpoint_directory_takes_its_runs_architecture(run, tmp_path):
+    """``teacher.checkpoint`` in a config (here as overrides) naming a checkpoint, without ``teacher.name``: the
+    architecture is the one its run trained, as with ``--teacher``."""
+    checkpoint = _artifacts(run)["checkpoint"]
+    manifests = {}
+    for label, args in {"config": ["teacher.name=null", f"teacher.checkpoint={checkpoint}", "teacher.kwargs={}"],
+                        "flag": ["--teacher", str(checkpoint)]}.items():
+        out = tmp_path / label
+        assert main(["cache", "--config", str(DISTILL_CONFIG), "--out", str(out), f"data.options={DATA}", *args]) == 0
+        manifests[label] = json.loads((out / "manifest.json").read_text())["teacher"]
+    assert manifests["config"] == manifests["flag"] and manifests["config"]["kwargs"]["inplanes"] == 4
