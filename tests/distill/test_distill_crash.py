@@ -65,6 +65,7 @@ def cache_and_reference(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.exhaustive  # test_kill_points kills cache writing at every boundary
 def test_cache_writing_killed_mid_way_resumes_to_identical_shards(cache_and_reference, tmp_path):
     cache = ["cache", "--config", str(CONFIG), "--out", "cache", "--shard-size", "16", *OVERRIDES]
     killed = _run(cache, tmp_path, KILL_IN_SECOND_SHARD, check=False)

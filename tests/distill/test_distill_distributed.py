@@ -95,7 +95,8 @@ def test_nodes_without_a_shared_directory_refuse_to_write_a_cache(frozen_runs, l
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("frozen", [False, pytest.param(True, marks=pytest.mark.exhaustive)], ids=["live", "frozen"])
+@pytest.mark.exhaustive  # test_distill_train and test_distill_wrapped run two-process e²KD in the suite
+@pytest.mark.parametrize("frozen", [False, True], ids=["live", "frozen"])
 def test_bcos_cnn_to_vit_e2kd_trains_on_two_processes(tmp_path, launch, frozen):
     config = {
         "output_dir": str(tmp_path / "run"), "max_steps": 2, "log_every": 1,

@@ -240,8 +240,8 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("killer", [KILL_DURING_STEP, pytest.param(KILL_DURING_CHECKPOINT, marks=pytest.mark.exhaustive)],
-                         ids=["during-step", "during-checkpoint"])
+@pytest.mark.exhaustive  # test_kill_points and test_distill_crash kill runs in the suite
+@pytest.mark.parametrize("killer", [KILL_DURING_STEP, KILL_DURING_CHECKPOINT], ids=["during-step", "during-checkpoint"])
 def test_sigkill_then_resume_ends_with_the_same_weights(reference_run, tmp_path, killer):
     (tmp_path / "config.yaml").write_text(BASE)
     killed = _run(["guide", "--config", "config.yaml", "output_dir=run"], tmp_path, code=textwrap.dedent(killer),

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bcosify_study.py"
 
 
+@pytest.mark.exhaustive
 def test_quick_study_writes_results_report_and_figure(tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)], capture_output=True,
                             text=True, timeout=240)
