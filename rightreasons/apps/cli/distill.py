@@ -140,13 +140,16 @@ def _teacher_overrides(teacher: str) -> list[str]:
 
 
 def _located_teacher(config: DistillConfig, path: str | None, overrides: list[str]) -> DistillConfig:
-    """``config`` whose ``teacher.checkpoint`` (without ``teacher.name``) names a run artefact read as ``--teacher``
-    reads it (:func:`_teacher_overrides`): a checkpoint directory, whose weights file records no architecture, then
-    gives the architecture its run trained."""
+    """``config`` whose ``teacher.checkpoint`` (without ``teacher.name``) names a checkpoint directory of a run, whose
+    weights file records no architecture, read as ``--teacher`` reads it (:func:`_teacher_overrides`): with the
+    architecture its run trained. Any other teacher is left as written."""
+    from ...engine.artifacts import locate_artifact
     from ..tasks import load_task_config
 
     teacher = config.teacher
     if teacher.name is not None or teacher.checkpoint is None or not Path(teacher.checkpoint).exists():
+        return config
+    if locate_artifact(teacher.checkpoint, "teacher.checkpoint").architecture_in_file:
         return config
     return load_task_config("distill", path, overrides + _teacher_overrides(teacher.checkpoint))
 
