@@ -57,7 +57,6 @@ def frozen_runs(tmp_path_factory, launch) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.exhaustive  # engine/test_distributed trains on two nodes in the suite; two-process e²KD runs there too
 @pytest.mark.timeout(400)
 def test_frozen_e2kd_on_two_nodes_equals_one_process(frozen_runs):
     reference = load_file(frozen_runs / "one" / "model.safetensors")
