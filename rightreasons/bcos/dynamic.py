@@ -27,6 +27,11 @@ the product's inputs, and the second backward recomputes what it needs. Gradient
 taken by autograd, so they are exact to every order; a B-cos network holds about as much for its backward as a
 standard one (``make bench``, ``activation-memory``).
 
+**Speed.** Where a product knows its gradients in closed form (a B-cos unit's scale, a norm, a unit's convolution:
+``vjp`` / ``product_vjp``), its backward computes them with a few elementwise passes instead of recomputing the
+product and differentiating it; an explanation's backward asks only for the input's gradient (one pass for a norm).
+Gradients nobody uses are never computed or materialised (``None``, not zeros).
+
 **torch.compile.** The switch is read when the backward runs, which a traced graph cannot do. So a product is traced
 as its plain computation only while its switch is off (the switch is a guard: entering explanation mode never reuses
 such a graph); AOTAutograd's partitioner then decides what to store and what to recompute, and a compiled B-cos network
@@ -62,7 +67,10 @@ class ExplanationSwitch:
 
 class Recomputed(NamedTuple):
     """A dynamic weight ``fn(*inputs)`` that the product recomputes in its backward instead of storing it (with
-    ``fn``'s intermediates): for weights that are cheap elementwise functions of tensors stored anyway."""
+    ``fn``'s intermediates): for weights that are cheap elementwise functions of tensors stored anyway. An ``fn``
+    with a ``product_vjp(tensors, grad, wrt)`` method gives the gradients of ``fn(*inputs) * x`` to those of
+    ``tensors = (x, *inputs)`` marked ``wrt`` in closed form (differentiable operations), so that the backward
+    need not recompute the product and differentiate it."""
 
     fn: Callable[..., Tensor]
     inputs: tuple[Tensor, ...]
@@ -109,6 +117,15 @@ class _Spec:
     product: ProductFn
     weight_inputs: int
 
+    @property
+    def vjp(self) -> Callable[..., tuple[Tensor, ...]] | None:
+        """The product's closed-form gradients, where it has them: ``product.vjp`` for a weight that is given, or the
+        recomputed weight's ``fn.product_vjp`` (the gradients of ``fn(*inputs) · x``); ``None``: recompute the
+        product and differentiate it."""
+        if self.weight is None:
+            return getattr(self.product, "vjp", None)
+        return getattr(self.weight, "product_vjp", None) if self.product is _ELEMENTARY["mul"] else None
+
     def is_weight_input(self, index: int) -> bool:
         return 1 <= index <= self.weight_inputs
 
@@ -135,7 +152,7 @@ def _vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, wrt: Seque
     one and the weight is given, not recomputed); differentiable (in ``grad`` and every tensor) when ``connected``."""
     if not any(wrt):
         return ()
-    explicit = getattr(spec.product, "vjp", None) if spec.weight is None else None
+    explicit = spec.vjp
     with torch.enable_grad():
         slots = [_leaf(t, need, connected) for t, need in zip(tensors, wrt)]
         if explicit is not None:
@@ -200,13 +217,11 @@ class _DynamicVjp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, spec: _Spec, wrt: tuple[bool, ...], grad: Tensor,  # noqa: D102
-                *tensors: Tensor | None) -> tuple[Tensor, ...]:
+                *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
         ctx.save_for_backward(grad, *tensors)
         ctx.spec, ctx.wrt, ctx.autocast = spec, wrt, _autocast_state(grad)
         ctx.set_materialize_grads(False)
-        wanted = [t for t, need in zip(tensors, wrt) if need]
-        grads = _vjp(spec, tensors, grad, wrt, connected=False)
-        return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, wanted))
+        return _vjp(spec, tensors, grad, wrt, connected=False)  # None: no gradient (zero), never materialised
 
     @staticmethod
     def backward(ctx, *grad_grads: Tensor | None):  # noqa: D102

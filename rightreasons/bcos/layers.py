@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import Literal
 
 import torch
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..choices import WEIGHT_MODES
-from .dynamic import DynamicLinear, Recomputed
+from .dynamic import DynamicLinear, Recomputed, _reduce_to
 from .norms import _affine  # ``g · out + b`` per channel: the norms' affine step, here a unit's gain and bias
 
 __all__ = ["BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "LogitLayer", "WEIGHT_MODES", "WeightMode",
@@ -45,17 +44,45 @@ def _check_bcos_args(b: float, max_out: int, bias: bool, name: str) -> None:
         raise ValueError(f"{name}: max_out must be an integer >= 1, got max_out={max_out!r}")
 
 
-def _alignment_scale(out: Tensor, norm: Tensor, b: float) -> Tensor:
-    """The dynamic weight ``|cos|^(B-1)`` with ``cos = out / norm`` (B-cos v2 numerics)."""
-    if b == 2:
-        return out.abs() / norm
-    return ((out / norm).abs() + 1e-6).pow(b - 1)
+@dataclass(frozen=True)
+class _AlignmentScale:
+    """The dynamic weight ``|cos|^(B-1)`` with ``cos = out / norm`` (B-cos v2 numerics), recomputed in the backward
+    from the unit's linear output and its norm map, the two tensors a unit stores (besides its input, for the weight
+    gradient). A unit scales its own linear output: the product is ``self(out, norm) · out``."""
+
+    b: float
+
+    def __call__(self, out: Tensor, norm: Tensor) -> Tensor:
+        if self.b == 2:
+            return out.abs() / norm
+        return ((out / norm).abs() + 1e-6).pow(self.b - 1)
+
+    def product_vjp(self, tensors: tuple[Tensor, Tensor, Tensor], grad: Tensor,
+                    wrt: tuple[bool, bool, bool]) -> tuple[Tensor | None, ...]:
+        """Gradients of ``self(out, norm) · x`` with ``x = out`` to ``x``, ``out`` (through the scale) and ``norm``
+        (those marked ``wrt``) in closed form, a few elementwise passes. Both routes to ``out`` end in the same tensor,
+        so only their sum matters: it is given to ``x`` and ``None`` to ``out`` where both are wanted."""
+        x, out, norm = tensors
+        magnitude = out.abs() if self.b == 2 else None
+        scaled = grad * magnitude / norm if self.b == 2 else grad * self(out, norm)  # grad · scale: to x
+        if not (wrt[1] or wrt[2]):
+            return (scaled,) if wrt[0] else ()
+        if self.b == 2:  # grad · x · sgn(out) / norm equals ``scaled`` since x = out; d scale / d norm = -scale / norm
+            through_scale, to_norm = scaled, -scaled * x / norm
+        else:
+            cos = out / norm
+            grad_cos = grad * x * (self.b - 1) * (cos.abs() + 1e-6).pow(self.b - 2) * cos.sgn()
+            through_scale, to_norm = grad_cos / norm, -grad_cos * cos / norm
+        if wrt[0] and wrt[1]:
+            grads: tuple[Tensor | None, ...] = (scaled + through_scale, None)
+        else:
+            grads = (scaled,) if wrt[0] else (through_scale,) if wrt[1] else ()
+        return grads + ((_reduce_to(to_norm, norm.shape),) if wrt[2] else ())
 
 
 def _alignment(out: Tensor, norm: Tensor, b: float) -> Recomputed:
-    """``|cos|^(B-1)`` as a dynamic weight recomputed in the backward from the unit's linear output and its norm map,
-    the two tensors a unit stores (besides its input, for the weight gradient)."""
-    return Recomputed(partial(_alignment_scale, b=b), (out, norm))
+    """``|cos|^(B-1)`` as a dynamic weight recomputed in the backward (:class:`_AlignmentScale`)."""
+    return Recomputed(_AlignmentScale(b), (out, norm))
 
 
 def _unit_normalized(w: Tensor) -> Tensor:

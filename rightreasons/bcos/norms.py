@@ -35,7 +35,8 @@ of a distributed run (synchronised BatchNorm, :mod:`rightreasons.bcos.sync`), ta
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import partial, wraps
+from dataclasses import dataclass
+from functools import wraps
 from typing import Callable, Iterator
 
 import torch
@@ -43,7 +44,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .collectives import statistics_group, synchronised_statistics
-from .dynamic import DynamicLinear
+from .dynamic import DynamicLinear, _reduce_to
 
 __all__ = [
     "AllNorm2d", "AllNormUncentered2d", "BatchNorm2d", "BatchNormUncentered2d", "GNInstanceNorm2d",
@@ -63,16 +64,52 @@ def _normalize(module: nn.Module, x: Tensor, var: Tensor, mean: Tensor | None, s
     (:class:`~rightreasons.bcos.sync.SyncBatchNorm2d`)."""
     std = (var + module.eps).sqrt()
     extras = (mean, module.weight, module.bias)
-    normalized = partial(_normalized, shape=shape, flatten_groups=flatten_groups)
+    normalized = _Normalized(shape, flatten_groups)
     if isinstance(module, DynamicLinear):
         return module.dynamic(std, x, normalized, extras)
     return normalized(std, x, *extras)
 
 
-def _normalized(std: Tensor, x: Tensor, mean: Tensor | None, weight: Tensor | None, bias: Tensor | None,
-                shape: tuple[int, ...], flatten_groups: bool) -> Tensor:
-    y = (x if mean is None else x - mean) / std
-    return _affine(y.flatten(1, 2) if flatten_groups else y, weight, bias, shape)
+@dataclass(frozen=True)
+class _Normalized:
+    """``γ · (x − mean) / std + β`` as a product of :func:`~rightreasons.bcos.dynamic.dynamic_apply` (``γ`` and ``β``
+    viewed as ``shape``), with its gradients in closed form: an explanation's backward is one pass over ``x``."""
+
+    shape: tuple[int, ...]
+    flatten_groups: bool
+
+    def __call__(self, std: Tensor, x: Tensor, mean: Tensor | None, weight: Tensor | None,
+                 bias: Tensor | None) -> Tensor:
+        y = (x if mean is None else x - mean) / std
+        return _affine(y.flatten(1, 2) if self.flatten_groups else y, weight, bias, self.shape)
+
+    def vjp(self, tensors: tuple[Tensor | None, ...], grad: Tensor, wrt: tuple[bool, ...]) -> tuple[Tensor, ...]:
+        """Gradients to ``x``, ``std``, ``mean``, ``γ`` and ``β`` (those marked ``wrt``) from differentiable
+        operations."""
+        x, std, mean, weight, bias = tensors
+        gamma = None if weight is None else weight.view(self.shape)
+        if self.flatten_groups:
+            grad = grad.unflatten(1, x.shape[1:3])
+            gamma = None if gamma is None else gamma.unflatten(1, x.shape[1:3])
+        scale = 1 / std if gamma is None else gamma / std
+        grad_x = grad * scale if wrt[0] or wrt[2] else None
+        centred = x if mean is None else x - mean
+        # Σ grad · (x − mean) over what std and γ are shared across: their gradients follow from it without another
+        # pass over x where they share the same shape (every norm but PositionNorm and GroupNorm's γ)
+        shared = gamma is None or gamma.shape == std.shape
+        moment = (_reduce_to(grad * centred, std.shape) if shared else None) if wrt[1] or wrt[3] else None
+        grads = (grad_x,) if wrt[0] else ()
+        if wrt[1]:
+            grads += (-moment * scale / std if shared else _reduce_to(-grad_x * centred / std, std.shape),)
+        if wrt[2]:
+            grads += (_reduce_to(-grad_x, mean.shape),)
+        if wrt[3]:
+            normalized = moment / std if shared else grad * centred / std
+            grads += (_reduce_to(normalized, gamma.shape).reshape(weight.shape),)
+        if wrt[4]:
+            grads += (_reduce_to(grad.flatten(1, 2) if self.flatten_groups else grad, bias.view(self.shape).shape)
+                      .reshape(bias.shape),)
+        return grads
 
 
 def _statistics(x: Tensor, dim: int | tuple[int, ...], centred: bool, keepdim: bool) -> tuple[Tensor, Tensor | None]:

@@ -87,6 +87,32 @@ def _input_gradient(layer, x: Tensor, upstream: Tensor) -> tuple[Tensor, Tensor]
     return y.detach(), g
 
 
+def _gradchecked(layer: torch.nn.Module, x: Tensor) -> None:
+    """gradcheck and gradgradcheck (float64) of ``layer`` in its input and weight, outside explanation mode: the
+    closed-form backward of its products is the derivative of the forward, to the second order."""
+    layer = layer.double()
+    weight = layer.linear.weight
+
+    def forward(x: Tensor, w: Tensor) -> Tensor:
+        return torch.func.functional_call(layer, {"linear.weight": w}, (x,))
+
+    inputs = (x.double().requires_grad_(), weight.detach().clone().requires_grad_())
+    assert torch.autograd.gradcheck(forward, inputs, fast_mode=True)
+    assert torch.autograd.gradgradcheck(forward, inputs, fast_mode=True)
+
+
+@pytest.mark.parametrize("config", list(CONV_CASES.values()), ids=list(CONV_CASES))
+def test_bcos_conv2d_gradients_are_the_derivatives_of_its_forward(config):
+    torch.manual_seed(0)
+    _gradchecked(BcosConv2d(2, 2, **{"kernel_size": 3, **config}), torch.randn(1, 2, 5, 5))
+
+
+@pytest.mark.parametrize("config", list(LINEAR_CASES.values()), ids=list(LINEAR_CASES))
+def test_bcos_linear_gradients_are_the_derivatives_of_its_forward(config):
+    torch.manual_seed(0)
+    _gradchecked(BcosLinear(4, 3, **config), torch.randn(2, 4))
+
+
 @pytest.mark.parametrize("config", list(CONV_CASES.values()), ids=list(CONV_CASES))
 def test_bcos_conv2d_matches_the_reference_package(config):
     """Same weights in both libraries: equal outputs and equal explanations (input gradient in explanation mode)."""

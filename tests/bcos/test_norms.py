@@ -82,6 +82,24 @@ TORCH_EQUIVALENTS = {
 CENTRED_CASES = [(cls, 0.1) for cls in TORCH_EQUIVALENTS] + [(norms.BatchNorm2d, None), (norms.AllNorm2d, None)]
 
 
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_gradients_are_the_derivatives_of_the_forward(norm_class, train, build_norm, sample_input):
+    """gradcheck and gradgradcheck (float64) in the input and the affine parameters, outside explanation mode: the
+    closed-form backward of the normalisation is the derivative of its forward, to the second order."""
+    torch.manual_seed(0)
+    norm = randomised(build_norm(norm_class, 4)).double().train(train)
+    params = {name: p.detach().clone().requires_grad_() for name, p in norm.named_parameters()}
+
+    def forward(x: Tensor, *values: Tensor) -> Tensor:
+        with torch.no_grad():  # the running statistics move at every call; the output must not
+            buffers = {name: b.clone() for name, b in norm.named_buffers()}
+        return torch.func.functional_call(norm, ({**buffers, **dict(zip(params, values))}), (x,))
+
+    inputs = (sample_input(norm_class).double().requires_grad_(), *params.values())
+    assert torch.autograd.gradcheck(forward, inputs, fast_mode=True)
+    assert torch.autograd.gradgradcheck(forward, inputs, fast_mode=True)
+
+
 @pytest.mark.parametrize("cls, momentum", CENTRED_CASES, ids=lambda v: getattr(v, "__name__", f"momentum={v}"))
 def test_centred_norms_match_torch(cls, momentum, build_norm, sample_input):
     """Outputs in train and eval mode, and the running statistics (unbiased EMA, cumulative with momentum=None)."""
