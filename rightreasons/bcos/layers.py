@@ -63,21 +63,21 @@ class _AlignmentScale:
         (those marked ``wrt``) in closed form, a few elementwise passes. Both routes to ``out`` end in the same tensor,
         so only their sum matters: it is given to ``x`` and ``None`` to ``out`` where both are wanted."""
         x, out, norm = tensors
-        magnitude = out.abs() if self.b == 2 else None
-        scaled = grad * magnitude / norm if self.b == 2 else grad * self(out, norm)  # grad · scale: to x
+        if self.b == 2:  # scale = |out| / norm; through it: grad · x · sgn(out) / norm = grad · scale, as x = out
+            both = wrt[0] and wrt[1]
+            scaled = grad * out.abs() / (norm / 2 if both else norm)  # grad · scale (twice: both routes in one pass)
+            grads: tuple[Tensor | None, ...] = (scaled, None) if both else (scaled,) if wrt[0] or wrt[1] else ()
+            if wrt[2]:  # d scale / d norm = -scale / norm
+                grads += (_reduce_to(scaled * x, norm.shape) / (norm * (-2 if both else -1)),)
+            return grads
+        scaled = grad * self(out, norm)
         if not (wrt[1] or wrt[2]):
             return (scaled,) if wrt[0] else ()
-        if self.b == 2:  # grad · x · sgn(out) / norm equals ``scaled`` since x = out; d scale / d norm = -scale / norm
-            through_scale, to_norm = scaled, -scaled * x / norm
-        else:
-            cos = out / norm
-            grad_cos = grad * x * (self.b - 1) * (cos.abs() + 1e-6).pow(self.b - 2) * cos.sgn()
-            through_scale, to_norm = grad_cos / norm, -grad_cos * cos / norm
-        if wrt[0] and wrt[1]:
-            grads: tuple[Tensor | None, ...] = (scaled + through_scale, None)
-        else:
-            grads = (scaled,) if wrt[0] else (through_scale,) if wrt[1] else ()
-        return grads + ((_reduce_to(to_norm, norm.shape),) if wrt[2] else ())
+        cos = out / norm
+        grad_cos = grad * x * (self.b - 1) * (cos.abs() + 1e-6).pow(self.b - 2) * cos.sgn()
+        grads = ((scaled + grad_cos / norm, None) if wrt[0] and wrt[1] else (scaled,) if wrt[0]
+                 else (grad_cos / norm,) if wrt[1] else ())
+        return grads + ((-_reduce_to(grad_cos * cos, norm.shape) / norm,) if wrt[2] else ())
 
 
 def _alignment(out: Tensor, norm: Tensor, b: float) -> Recomputed:
