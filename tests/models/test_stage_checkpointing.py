@@ -3,7 +3,8 @@
 A guided step (float64, second order through the explanation at the input and at ``mid2``; the annotated subset with
 shared batch statistics and the whole batch) has the same loss, parameter gradients and BatchNorm running statistics
 with and without checkpointed stages; the stages are really recomputed; a hook that records outputs inside a stage
-records each forward once; configs and models that cannot be checkpointed are refused before any work.
+records each forward once; a compiled model checkpoints without a graph break; configs and models that cannot be
+checkpointed are refused before any work.
 """
 
 from __future__ import annotations
@@ -122,3 +123,18 @@ def test_the_config_option_checkpoints_the_stages_and_refuses_bad_values_before_
     with pytest.raises(ConfigError, match="model.activation_checkpointing: .* of bcos_vgg11 is a single layer"):
         ClassificationTask(from_dict(ClassificationConfig, {"model": {"name": "bcos_vgg11",
                                                                       "activation_checkpointing": True}}))
+
+
+@pytest.mark.exhaustive  # about 10 s of compiling
+def test_a_compiled_model_checkpoints_its_stages(tiny_bcos_resnet):
+    torch.manual_seed(0)
+    plain = tiny_bcos_resnet().double().train()
+    checkpointed = copy.deepcopy(plain)
+    checkpoint_stages(checkpointed, ["mid2"])
+    images = _batch(n=2, size=8)[0]
+    for model in (plain, torch.compile(checkpointed, backend="aot_eager", fullgraph=True)):  # no graph break
+        model(images).square().sum().backward()
+    for (name, p), q in zip(plain.named_parameters(), checkpointed.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-14, msg=name)
+    for (name, b), c in zip(plain.named_buffers(), checkpointed.buffers()):  # updated once: by the forward graph
+        torch.testing.assert_close(c, b, rtol=1e-12, atol=0, msg=name)
