@@ -10,6 +10,7 @@ checkpointed are refused before any work.
 from __future__ import annotations
 
 import copy
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -90,7 +91,8 @@ def test_torch_batchnorm_statistics_and_gradients_are_the_same(tiny_cnn):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-12, atol=0, msg=name)
     for (name, b), c in zip(plain.named_buffers(), checkpointed.buffers()):
         torch.testing.assert_close(c, b, rtol=1e-12, atol=0, msg=name)
-    assert checkpointed_stages(copy.deepcopy(checkpointed)) == ["stage1", "stage4"]  # a copy keeps its own stages
+    for copied in (copy.deepcopy(checkpointed), pickle.loads(pickle.dumps(checkpointed))):  # each its own stages
+        assert checkpointed_stages(copied) == ["stage1", "stage4"] and copied.stage1.forward.stage is copied.stage1
 
 
 def test_models_without_stages_to_checkpoint_are_refused():
