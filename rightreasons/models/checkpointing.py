@@ -2,9 +2,9 @@
 recomputes its activations when a backward needs them (``torch.utils.checkpoint``, non-reentrant, which supports
 ``torch.autograd.grad``, ``create_graph=True`` and second-order gradients): a recomputation of each stage's forward per
 backward pass, for the memory of its activations. For a B-cos ResNet-50 at 224 px a plain step and guidance at
-``final`` need 31 % less peak memory per image, guidance at ``mid2`` 39 % less; guidance at the input gains nothing, since the
-explanation's differentiable backward keeps every recomputed activation for the second backward (``make bench``,
-``stage-checkpointing``).
+``final`` need 31 % less peak memory per image, guidance at ``mid2`` 39 % less; guidance at the input gains nothing,
+since the explanation's differentiable backward keeps every recomputed activation for the second backward
+(``make bench``, ``stage-checkpointing``).
 
 :func:`checkpoint_stages` applies it to the guidance stages of a model (its capabilities' ``stages``: ``mid1``–``mid3``
 and ``final``, the stage modules of ResNets, DenseNets and ConvNeXts); ``model.activation_checkpointing`` of the
@@ -125,7 +125,7 @@ def checkpoint_stages(model: nn.Module, stages: Sequence[str] | None = None) -> 
         raise UsageError(f"{caps.name} has no stage {unknown[0]!r}; its stages are {list(caps.stages)}")
     paths = list(dict.fromkeys(caps.stages[s] for s in names))  # two names may share a module (final = mid3)
     single = [p for p in paths if not _is_block(inner.get_submodule(p))]
-    if stages is not None and single or len(single) == len(paths):
+    if single and (stages is not None or len(single) == len(paths)):
         raise UsageError(f"stage module {single[0]!r} of {caps.name} is a single layer "
                          f"({type(inner.get_submodule(single[0])).__name__}), not a block of layers: checkpointing it "
                          "would save nothing")

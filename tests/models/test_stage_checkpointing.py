@@ -106,7 +106,7 @@ def test_models_without_stages_to_checkpoint_are_refused():
         checkpoint_stages(vit)
     with pytest.raises(UsageError, match=r"'features.5' of bcos_vgg11 is a single layer \(AvgPool2d\)"):
         checkpoint_stages(vgg)
-    assert checkpointed_stages(model) == [] and checkpointed_stages(vgg) == []
+    assert checkpoint_stages(model, []) == [] and checkpointed_stages(model) == [] and checkpointed_stages(vgg) == []
 
 
 def test_the_config_option_checkpoints_the_stages_and_refuses_bad_values_before_any_work():
