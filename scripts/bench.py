@@ -23,11 +23,14 @@ import time
 import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
 
 import rightreasons as rr
 from rightreasons.explain import explain
@@ -170,6 +173,53 @@ def saved_tensor_bytes(loss: Callable[[], Tensor]) -> int:
     return sum(held.values())
 
 
+class PeakMemory(TorchDispatchMode):
+    """The peak bytes of live tensor storages while the block runs, on any device: what
+    ``torch.cuda.max_memory_allocated`` reports on CUDA, less the allocator's rounding and cache, measurable on the CPU.
+    Every tensor an operation returns is counted once per storage (views and in-place results add nothing) until its
+    storage is freed, so it sees what saved-tensor hooks cannot: tensors ``torch.utils.checkpoint`` keeps,
+    recomputations, gradients and temporaries. Tensors that exist before the block (weights, inputs) count from the
+    start when passed as ``held``. Deterministic; storages resized in place (``UntypedStorage.resize_``) are not
+    followed. torch's ``torch.distributed._tools.mem_tracker.MemTracker`` counts the same way, but its module hooks
+    fail in ``torch.autograd.grad`` with leaf inputs, which every explanation takes."""
+
+    def __init__(self, held: Iterable[Tensor] = ()) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self._counted: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        for t in held:
+            self._count(t)
+
+    def _count(self, t: Tensor) -> None:
+        storage = t.untyped_storage()
+        if storage in self._counted:
+            return
+        nbytes = storage.nbytes()
+        self._counted[storage] = nbytes
+        weakref.finalize(storage, self._free, nbytes)
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
+
+    def _free(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, Tensor) and t.device.type != "meta":
+                self._count(t)
+        return out
+
+
+def peak_step_bytes(model: nn.Module, inputs: Iterable[Tensor], loss: Callable[[], Tensor]) -> int:
+    """The peak live bytes (:class:`PeakMemory`) of a training step's forward and backward of ``loss()``: weights,
+    buffers and ``inputs`` included, gradients of a previous step cleared first."""
+    model.zero_grad(set_to_none=True)
+    with PeakMemory([*model.parameters(), *model.buffers(), *inputs]) as memory:
+        loss().backward()
+    return memory.peak
+
+
 def _boxed_batch(batch: int, size: int, device: torch.device) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
     """A random encoded batch ``[batch, 6, size, size]`` of 20 classes, its one-hot labels ``[batch, 20]`` and one
     centred box per image labelled with the image's class."""
@@ -268,6 +318,49 @@ def activation_memory(settings: Settings) -> list[Row]:
                                                                         standard[1] - standard[0])):
             rows.append(Row(f"activation-memory: B-cos {name}, {label}", ours / 2**20, reference / 2**20,
                             ours / reference, f"<= {target}", ours / reference <= target, setup, unit="MiB"))
+    return rows
+
+
+@section("stage-checkpointing")
+def stage_checkpointing(settings: Settings) -> list[Row]:
+    """Activation checkpointing of every stage (``model.activation_checkpointing: true``) of a B-cos ResNet-50: the
+    peak memory of a training step (:func:`peak_step_bytes`, which sees what checkpointing keeps) and its time,
+    checkpointed vs not, for a plain step and guided steps at the input, mid2 and final (alternating)."""
+    from rightreasons.models.checkpointing import checkpoint_stages
+
+    batch, size, repeats = (2, 32, 1) if settings.quick else (2, 224, 2)
+    torch.manual_seed(0)
+    models = {"plain": rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)}
+    models["checkpointed"] = checkpointed = rr.create_model("bcos_resnet50", num_classes=20).train()
+    checkpointed.load_state_dict(models["plain"].state_dict())
+    checkpoint_stages(checkpointed.to(settings.device))
+    rows = []
+    for layer in ("input",) if settings.quick else (None, "input", "mid2", "final"):
+        name = "plain step" if layer is None else f"guided at {layer}"
+        peaks: dict[str, list[float]] = {"checkpointed": [], "plain": []}
+        for images in (1, batch):  # per image: batch 2 minus batch 1 (what a large batch approaches)
+            x, labels, boxes, box_labels = _boxed_batch(images, size, settings.device)
+            losses = {kind: plain_loss(model, x, labels) if layer is None else
+                      guided_loss(model, layer, x, labels, boxes, box_labels) for kind, model in models.items()}
+            for kind, loss in losses.items():
+                peaks[kind].append(peak_step_bytes(models[kind], [x], loss) / 2**20)
+        times = alternate({kind: step(loss) for kind, loss in losses.items()}, settings, repeats, warmup=0)
+        ratio = statistics.median(c / p for c, p in zip(times["checkpointed"], times["plain"]))
+        setup = (f"B-cos ResNet-50, 20 classes, train mode, 6x{size}x{size}, "
+                 f"{'BCE' if layer is None else f'BCE + Energy on B-cos contributions at {layer}'}; ours = its four "
+                 "stages checkpointed, reference = none")
+        memory = ("peak live tensor bytes of forward + backward (PeakMemory), weights and gradients included; ratio = "
+                  "ours / reference")
+        (ours_one, ours), (reference_one, reference) = peaks["checkpointed"], peaks["plain"]
+        rows += [Row(f"stage-checkpointing: {name}, peak memory", ours, reference, ours / reference, "report", None,
+                     f"{setup}; batch {batch}; {memory}", unit="MiB"),
+                 Row(f"stage-checkpointing: {name}, peak memory per image", ours - ours_one,
+                     reference - reference_one, (ours - ours_one) / (reference - reference_one), "report", None,
+                     f"{setup}; batch {batch} minus batch 1; {memory}", unit="MiB"),
+                 Row(f"stage-checkpointing: {name}, step time", statistics.median(times["checkpointed"]),
+                     statistics.median(times["plain"]), ratio, "report", None,
+                     f"{setup}; batch {batch}, {torch.get_num_threads()} threads, {repeats} alternating repeats after "
+                     "the memory steps; ratio = median(ours / reference)")]
     return rows
 
 

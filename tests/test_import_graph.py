@@ -191,7 +191,8 @@ def test_the_layer_kit_imports_nothing_above_it():
 
 
 #: the machinery of the zoo, above the model files: building, weight files, facts about a model, timm
-MACHINERY = {f"rightreasons.models.{name}" for name in ("factory", "weights", "capabilities", "timm_bridge")}
+MACHINERY = {f"rightreasons.models.{name}"
+             for name in ("factory", "weights", "capabilities", "checkpointing", "timm_bridge")}
 #: what a model file registers itself with: its names and its released weights
 REGISTRATION = {"rightreasons.models.registry", "rightreasons.models.pretrained"}
 

@@ -51,8 +51,8 @@ __all__ = [
     "GNInstanceNormUncentered2d", "GNLayerNorm2d", "GNLayerNormUncentered2d", "GroupNorm2d", "GroupNormUncentered2d",
     "LayerNorm", "LayerNormUncentered", "NORM_LAYERS", "NoBias", "PositionNorm2d", "PositionNormUncentered2d",
     "RunningStatsNorm",
-    "Unaffine", "get_norm_layer", "shared_batch_statistics",
-    "training_batch_norms", "unshareable_batch_norms",
+    "SharingState", "Unaffine", "get_norm_layer", "reinstated_statistics_sharing", "shared_batch_statistics",
+    "statistics_sharing", "training_batch_norms", "unshareable_batch_norms",
 ]
 
 
@@ -364,6 +364,32 @@ def shared_batch_statistics(model: nn.Module) -> Iterator[None]:
     finally:
         for m in norms:
             m._shared = None
+
+
+#: the shared-statistics setting of each norm of a model at one moment (:func:`statistics_sharing`)
+SharingState = list[tuple[RunningStatsNorm, list[tuple[Tensor, Tensor | None]] | None]]
+
+
+def statistics_sharing(model: nn.Module) -> SharingState:
+    """What :func:`shared_batch_statistics` has set for each norm of ``model`` now: nothing, recording, or the
+    recorded statistics to replay; :func:`reinstated_statistics_sharing` repeats it for a recomputed forward
+    (activation checkpointing, :mod:`rightreasons.models.checkpointing`), which may run after the block is left."""
+    return [(m, None if m._shared is None else list(m._shared)) for m in model.modules()
+            if isinstance(m, RunningStatsNorm)]
+
+
+@contextmanager
+def reinstated_statistics_sharing(state: SharingState) -> Iterator[None]:
+    """Within the block, the norms of ``state`` share statistics as they did when ``state`` was taken; what a forward
+    records inside goes to a copy (the recording of the block that set it is left alone)."""
+    previous = [m._shared for m, _ in state]
+    for m, shared in state:
+        m._shared = None if shared is None else list(shared)
+    try:
+        yield
+    finally:
+        for (m, _), shared in zip(state, previous):
+            m._shared = shared
 
 
 NormFactory = Callable[..., nn.Module]

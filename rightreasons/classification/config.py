@@ -11,7 +11,7 @@ distillation (:mod:`rightreasons.distill.config`) extend it. A minimal config::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..config import expect
 from ..engine import config as engine
@@ -46,6 +46,15 @@ class ModelConfig:
     BatchNorm), so that N processes train exactly as one process with the same global batch; false normalises each
     process's part of the batch by itself (cheaper; with small per-process batches a different training). No effect
     on one process, on per-sample norms or in evaluation."""
+    activation_checkpointing: bool | list[Literal["mid1", "mid2", "mid3", "final"]] = False
+    """Store only each stage's input for the backward and recompute its activations when a backward needs them
+    (`torch.utils.checkpoint`, `rightreasons.models.checkpointing`): `true` for every stage of a ResNet,
+    DenseNet or ConvNeXt, or a list of the stages, e.g. `[mid1, mid2]`; false: none. Losses, gradients (of every
+    order) and BatchNorm statistics are those without it. For a B-cos ResNet-50 at 224 px it cuts the peak memory per
+    image of a plain step and of guidance at `final` by 31 % and at `mid2` by 39 %, for 17-33 % more step time;
+    guidance at the input gains nothing (its explanation's backward keeps the recomputed activations for the
+    second-order gradient: 10 % more per image, 28 % more time; `make bench`, `stage-checkpointing`). Models without
+    stages (ViTs) or whose stages are single layers (VGGs) are refused."""
 
     def __post_init__(self) -> None:
         if self.name is None:
@@ -59,6 +68,9 @@ class ModelConfig:
         expect("num_classes" not in self.kwargs, "kwargs", self.kwargs,
                "constructor arguments without num_classes (the number of classes comes from the data, or for a "
                "student from its teacher)")
+        stages = self.activation_checkpointing
+        expect(isinstance(stages, bool) or bool(stages) and len(set(stages)) == len(stages),
+               "activation_checkpointing", stages, "true, false or a non-empty list of distinct stage names")
         if self.name is not None:
             self.kwargs = checked_arguments(self.name, self.kwargs)
 

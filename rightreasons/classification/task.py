@@ -8,8 +8,8 @@ from it and change the objective; the rest is shared:
 
 * the model: a registry name with weights from ``model.pretrained`` or ``model.checkpoint`` (a file or a finished
   run's directory, :func:`rightreasons.models.model_file`), synchronised BatchNorm on several processes
-  (``model.sync_bn``), its input encoding, AGC for B-cos models (``optim.agc: auto``), the B ramp of B-cosified models
-  (``optim.b_ramp_epochs``);
+  (``model.sync_bn``), activation checkpointing of its stages (``model.activation_checkpointing``), its input
+  encoding, AGC for B-cos models (``optim.agc: auto``), the B ramp of B-cosified models (``optim.b_ramp_epochs``);
 * validation: accuracy or F1 (``score``), group accuracies and — unless ``eval.localization`` is off or the evaluated
   images carry no boxes — EPG and IoU of an attribution method (:meth:`ClassificationConfig.localization`); colour
   explanations of a few validation images after each validation (B-cos models, ``eval.num_images``);
@@ -21,13 +21,16 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
+import torch
 from torch import Tensor, nn
 
 from ..bcos.sync import convert_sync_batchnorm
 from ..data import load_dataset
 from ..engine import Hook, Step, Task, Trainer, register_task
+from ..errors import ConfigError, UsageError
 from ..metrics.evaluation import Evaluator, classifier_evaluators, has_boxes, is_multilabel
 from ..models import capabilities, create_model, model_file, resolve_architecture, save_model
+from ..models.checkpointing import checkpoint_stages
 from .config import ClassificationConfig
 from .hooks import BRampHook, ExplanationImages
 from .loss import classification_loss, resolve_classification_loss
@@ -48,7 +51,11 @@ class ClassificationTask(Task):
         self.loss_kind: Literal["bce", "ce"] = "bce"
         self.model: nn.Module | None = None
         self.val_set: Any = None
-        model_file(config.model.checkpoint)  # a missing starting point fails before any work starts
+        checkpoint = model_file(config.model.checkpoint)  # a missing starting point fails before any work starts
+        if config.model.activation_checkpointing:  # so does a model whose stages cannot be checkpointed
+            name, kwargs = resolve_architecture(config.model.name, config.model.kwargs, checkpoint)
+            with torch.device("meta"):
+                self.checkpointed(create_model(name, **kwargs))
 
     # ------------------------------------------------------------------ data and model
     def build_datasets(self) -> tuple[Any, Any]:
@@ -84,9 +91,21 @@ class ClassificationTask(Task):
         name, kwargs = resolve_architecture(m.name, m.kwargs, checkpoint)
         self.model = create_model(name, pretrained=m.pretrained, checkpoint=checkpoint,
                                   **{**kwargs, "num_classes": self.output_classes(train_set)})
+        self.checkpointed(self.model)
         self.loss_kind = resolve_classification_loss(self.config.loss.classification, capabilities(self.model).bcos,
                                                      is_multilabel(train_set))
         return self.model
+
+    def checkpointed(self, model: nn.Module) -> nn.Module:
+        """``model`` with the stages that ``model.activation_checkpointing`` names checkpointed
+        (:func:`~rightreasons.models.checkpointing.checkpoint_stages`)."""
+        stages = self.config.model.activation_checkpointing
+        if stages:
+            try:
+                checkpoint_stages(model, None if stages is True else stages)
+            except UsageError as e:
+                raise ConfigError(f"model.activation_checkpointing: {e}") from None
+        return model
 
     def distribute(self, model: nn.Module, processes: int) -> nn.Module:
         """Synchronised BatchNorm over the processes (``model.sync_bn``, the default)."""

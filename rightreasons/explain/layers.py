@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from ..errors import UsageError
 from ..models.capabilities import GUIDANCE_LAYERS, capabilities, unwrap_model
+from ..models.checkpointing import recomputing
 
 __all__ = ["GUIDANCE_LAYERS", "capture_outputs", "resolve_layer"]
 
@@ -47,6 +48,8 @@ def resolve_layer(model: nn.Module, layer: str) -> nn.Module | None:
 
 def _recorder(store: list[Tensor], differentiable: bool):
     def hook(_module: nn.Module, _inputs: tuple, output: Tensor) -> None:
+        if recomputing():  # the backward of a checkpointed stage repeats its forward: nothing new to record
+            return
         if differentiable and isinstance(output, Tensor) and not output.requires_grad:
             output.requires_grad_(True)  # a frozen model on a plain input: the output becomes the graph's leaf
         store.append(output)
@@ -59,7 +62,8 @@ def capture_outputs(model: nn.Module, layers: Sequence[str], *,
     """Record the outputs of ``layers`` in the forward passes run inside the block.
 
     Yields one list per layer (in the order of ``layers``) that fills with that layer's outputs as they are
-    computed; ``"input"`` is not a module and is refused. With ``differentiable=True`` an output that does not
+    computed (a recomputation by activation checkpointing, :mod:`rightreasons.models.checkpointing`, is not
+    recorded again); ``"input"`` is not a module and is refused. With ``differentiable=True`` an output that does not
     require gradients (a frozen model on a plain input) is made to, before the rest of the forward pass uses it, so
     that gradients with respect to it can be taken. The hooks are removed on leaving the block.
     """

@@ -13,6 +13,7 @@ As in timm, the machinery lives beside the model files:
   weights entry carries (``transforms()``, ``meta``), as torchvision's weights do;
 * :mod:`.factory` — :func:`create_model` and :func:`load_model`;
 * :mod:`.timm_bridge` — :func:`register_timm_models`, our models in ``timm.create_model``;
+* :mod:`.checkpointing` — activation checkpointing of a model's stages (``model.activation_checkpointing``);
 * :mod:`.bcosify` — B-cosification: standard models converted into B-cos models, and the schedules that fine-tune them.
 
 The layers the models are built from (B-cos units, norms, attention, the dynamic-linear mechanism) live in

@@ -12,7 +12,8 @@ statistics of an unsynchronised model are shown to differ, so the checks can fai
 A guided step (``GuidanceObjective``, B-cos contributions at ``mid2``) on processes whose parts of the batch differ —
 one part without any annotated image, or with only annotated ones, beside a mixed part — must pair up the processes'
 all-reduces (a mismatch would hang or mix up tensors) and give the one-process loss and gradients, explaining only the
-annotated images or the whole batch.
+annotated images or the whole batch; also with the stages checkpointed (``model.activation_checkpointing``), whose
+recomputations in the backward take their statistics over the processes again.
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ from rightreasons.bcos import norms, sync
 from rightreasons.errors import UsageError
 from rightreasons.explain import attribute
 from rightreasons.guidance import GuidanceObjective
+from rightreasons.models.checkpointing import checkpoint_stages
 from rightreasons.models.resnet import BasicBlock, BcosResNet
 
 KINDS = ("bnu", "bn", "anu", "an", "standard")
 ROWS = (slice(0, 2), slice(2, 6))  # rank 0: two images, rank 1: four
 FD_KINDS = ("bnu", "bn", "standard")
 FD_EPS = 1e-6
-#: images with boxes, and which rows each process gets: (mode, annotated, rows of rank 0, rows of rank 1)
-GUIDED = {"none-beside-mixed": ("annotated", [0, 0, 1, 0, 1, 0], ROWS),
-          "only-annotated-beside-mixed": ("annotated", [1, 0, 1, 1, 1, 1], ROWS),
-          "whole-batch-none-beside-mixed": ("batch", [0, 0, 1, 0, 1, 0], ROWS)}
+#: images with boxes, which rows each process gets and whether the synchronised model's stages are checkpointed
+#: (recomputed in the backward, statistics taken again over the processes): (mode, annotated, rows, checkpointed)
+GUIDED = {"none-beside-mixed": ("annotated", [0, 0, 1, 0, 1, 0], ROWS, False),
+          "only-annotated-beside-mixed": ("annotated", [1, 0, 1, 1, 1, 1], ROWS, False),
+          "whole-batch-none-beside-mixed": ("batch", [0, 0, 1, 0, 1, 0], ROWS, False),
+          "checkpointed-stages-mixed": ("annotated", [1, 0, 1, 0, 1, 1], ROWS, True)}
 
 
 def build(kind: str) -> nn.Module:
@@ -71,8 +75,10 @@ def objective(model: nn.Module, kind: str, rows: slice) -> tuple[torch.Tensor, t
 def guided(case: str, rows: slice, synchronised: bool) -> tuple[nn.Module, torch.Tensor]:
     """The model after a guided step's backward on the images ``rows`` of ``case``, and the step's loss (the sum over
     images of BCE and the energy loss, so that the processes' losses add up to the one-process loss)."""
-    mode, annotated, _ = GUIDED[case]
+    mode, annotated, _, checkpointed = GUIDED[case]
     model = rr.convert_sync_batchnorm(build("bnu")) if synchronised else build("bnu")
+    if synchronised and checkpointed:
+        checkpoint_stages(model)
     images = batch("bnu")[0][rows]
     n = images.shape[0]
     labels = torch.eye(3, dtype=torch.float64)[torch.tensor([0, 1, 2, 0, 1, 2])[rows]]
@@ -122,7 +128,7 @@ def worker(rank: int) -> dict[str, dict]:
                         entries.append(((up - down) / (2 * FD_EPS), g.view(-1)[i].item()))
             result["fd"] = entries
         results[kind] = result
-    for case, (_, _, rows) in GUIDED.items():
+    for case, (_, _, rows, _) in GUIDED.items():
         model, loss = guided(case, rows[rank], synchronised=True)
         grads = [p.grad.clone() for p in model.parameters()]
         for t in (loss, *grads):
