@@ -47,6 +47,7 @@ from torch import nn
 
 import distributed_utils
 from rightreasons.apps.cli import main as cli_main
+from rightreasons.console import LOGGER_NAME
 from rightreasons.models.resnet import BasicBlock, BcosResNet
 
 torch.set_num_threads(1)
@@ -255,6 +256,7 @@ def _run_cli(*args: object, cwd: Path | str | None = None) -> subprocess.Complet
     directory, environment = os.getcwd(), dict(os.environ)
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    level = logging.getLogger(LOGGER_NAME).level
     out, err = io.StringIO(), io.StringIO()
     try:
         if cwd is not None:
@@ -274,6 +276,7 @@ def _run_cli(*args: object, cwd: Path | str | None = None) -> subprocess.Complet
         os.environ.update(environment)
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        logging.getLogger(LOGGER_NAME).setLevel(level)
     return subprocess.CompletedProcess(["rightreasons", *argv], code, out.getvalue(), err.getvalue())
 
 
@@ -283,6 +286,7 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess]:
     this process, as a ``subprocess.CompletedProcess`` with the exit code (argparse's ``SystemExit`` included) and what
     the command printed to stdout and stderr. As for a process of its own, what a command changes of the process —
     the working directory, environment variables (``--threads``), torch's thread count and deterministic mode, the
-    warnings machinery — is put back after each call; warnings reach its stderr, as they would a process's. A bug's
-    exception is raised (after what the command printed to stderr), not turned into a traceback on stderr."""
+    level of the package's logger (``--verbose``), the warnings machinery — is put back after each call; warnings
+    reach its stderr, as they would a process's. A bug's exception is raised (after what the command printed to
+    stderr), not turned into a traceback on stderr."""
     return _run_cli
