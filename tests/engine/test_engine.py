@@ -45,7 +45,8 @@ def _run(args: list[str], cwd: Path, code: str | None = None, check: bool = True
     command = [sys.executable] + (["-c", code] if code else ["-m", "rightreasons"]) + args
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check and result.returncode != 0:
-        raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-3000:]}")
     return result
 
 
