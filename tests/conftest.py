@@ -18,14 +18,24 @@ tests (``tests/data``) and the quickstart chains (``tests/quickstarts``).
 Tests on several processes use ``free_port``, ``gloo_processes`` (a function of the test on two processes of one gloo
 group) and ``launch`` (the command line under ``torchrun``, on one node or on two nodes on loopback), from
 ``tests/distributed_utils.py``.
+
+``run_cli`` runs the command line in the test's own process (its entry point ``rightreasons.apps.cli.main``) and
+answers like ``subprocess.run``: a fresh interpreter costs several seconds of start-up (torch's import) per call, which
+a test pays only when it needs a process of its own — a signal, a resource limit, ``torchrun``, a closed pipe, the
+``python -m rightreasons`` entry itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
+import logging
 import os
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +46,8 @@ from PIL import Image
 from torch import nn
 
 import distributed_utils
+from rightreasons.apps.cli import main as cli_main
+from rightreasons.console import LOGGER_NAME
 from rightreasons.models.resnet import BasicBlock, BcosResNet
 
 torch.set_num_threads(1)
@@ -233,5 +245,48 @@ def launch() -> Callable[..., list[subprocess.CompletedProcess]]:
     """``launch(args, processes=1, nodes=1, node_args=(), cwd=None, timeout=300, check=True)``: ``python -m
     rightreasons ARGS`` as one distributed job on CPU — ``processes`` processes on one node (``torchrun
     --standalone``) or ``nodes`` nodes of one process each, meeting at a c10d rendezvous on 127.0.0.1 (two launcher
-    processes on this machine); ``node_args[i]`` are appended to node ``i``'s command (``tests/distributed_utils.py``)."""
+    processes on this machine); ``node_args[i]`` are appended to node ``i``'s command
+    (``tests/distributed_utils.py``)."""
     return distributed_utils.launch
+
+
+# ---------------------------------------------------------------------------------------------- the command line
+def _run_cli(*args: object, cwd: Path | str | None = None) -> subprocess.CompletedProcess:
+    argv = [str(a) for a in args]
+    directory, environment = os.getcwd(), dict(os.environ)
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    level = logging.getLogger(LOGGER_NAME).level
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            logging.captureWarnings(False)  # the command's configure_logging sends warnings to stderr, as in a process
+            try:
+                code = cli_main(argv)
+            except SystemExit as e:  # argparse's usage errors and --help
+                code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        sys.stderr.write(err.getvalue())  # into the test's report, above the bug's traceback
+        raise
+    finally:
+        os.chdir(directory)
+        os.environ.clear()
+        os.environ.update(environment)
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        logging.getLogger(LOGGER_NAME).setLevel(level)
+    return subprocess.CompletedProcess(["rightreasons", *argv], code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def run_cli() -> Callable[..., subprocess.CompletedProcess]:
+    """``run_cli(*args, cwd=None)``: ``rightreasons ARGS`` (run in ``cwd``) through ``rightreasons.apps.cli.main`` in
+    this process, as a ``subprocess.CompletedProcess`` with the exit code (argparse's ``SystemExit`` included) and what
+    the command printed to stdout and stderr. As for a process of its own, what a command changes of the process —
+    the working directory, environment variables (``--threads``), torch's thread count and deterministic mode, the
+    level of the package's logger (``--verbose``), the warnings machinery — is put back after each call; warnings
+    reach its stderr, as they would a process's. A bug's exception is raised (after what the command printed to
+    stderr), not turned into a traceback on stderr."""
+    return _run_cli

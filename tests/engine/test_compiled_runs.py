@@ -4,11 +4,8 @@ steps eager), whose checkpoints and model file are those of the bare model, so e
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
+import pytest
 import yaml
 from safetensors import safe_open
 
@@ -22,15 +19,18 @@ CONFIG = {"seed": 0, "cpu": True, "log_every": 1, "compile": "aot_eager",
           "checkpoint": {"every_steps": 1}}
 
 
-def rightreasons(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "rightreasons", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+@pytest.fixture
+def rightreasons(run_cli):
+    """``rightreasons(*args, cwd)``: the command, which must succeed."""
+    def run(*args: str, cwd):
+        done = run_cli(*args, cwd=cwd)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    return run
 
 
-def test_a_compiled_guided_run_writes_artefacts_of_the_bare_model(tmp_path):
+def test_a_compiled_guided_run_writes_artefacts_of_the_bare_model(tmp_path, rightreasons):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
     rightreasons("guide", "--config", "config.yaml", "output_dir=run", cwd=tmp_path)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -45,7 +45,8 @@ def _run(args: list[str], cwd: Path, code: str | None = None, check: bool = True
     command = [sys.executable] + (["-c", code] if code else ["-m", "rightreasons"]) + args
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check and result.returncode != 0:
-        raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-3000:]}")
     return result
 
 
@@ -138,12 +139,13 @@ def test_unwritable_output_directory_fails_before_training(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------------- runs
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory) -> Path:
+def reference_run(tmp_path_factory, run_cli) -> Path:
     """One uninterrupted 1-process guided run (2 epochs × 6 steps, checkpoints every 2 steps), with ``--verbose``;
     its console output (stderr, not a terminal) is kept in ``stderr.txt``."""
     folder = tmp_path_factory.mktemp("reference")
     (folder / "config.yaml").write_text(BASE)
-    done = _run(["--verbose", "guide", "--config", "config.yaml", "output_dir=run"], folder)
+    done = run_cli("--verbose", "guide", "--config", "config.yaml", "output_dir=run", cwd=folder)
+    assert done.returncode == 0, done.stderr[-3000:]
     (folder / "stderr.txt").write_text(done.stderr)
     return folder
 
@@ -265,10 +267,11 @@ def test_resume_with_another_config_names_the_differing_keys(reference_run, tmp_
         run(config, resume=True)
 
 
-def test_evaluate_command_writes_all_metrics(reference_run):
+def test_evaluate_command_writes_all_metrics(reference_run, run_cli):
     out = reference_run / "test.json"
-    _run(["evaluate", "--config", "config.yaml", "--checkpoint", "run/model.safetensors",
-          "--split", "test", "--out", str(out)], reference_run)
+    done = run_cli("evaluate", "--config", "config.yaml", "--checkpoint", "run/model.safetensors", "--split", "test",
+                   "--out", out, cwd=reference_run)
+    assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
     assert results["split"] == "test" and results["method"] == "bcos" and results["layer"] == "mid2"
     assert {"accuracy", "worst_group_accuracy", "epg", "iou"} <= results.keys()

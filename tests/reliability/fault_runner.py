@@ -2,9 +2,10 @@
 
 Each line on stdin is a JSON job ``{"kind": "train" | "distill" | "cache", "config": {...}, "resume": bool,
 "out": cache dir, "shard_size": images per cache shard, "env": {...}}``; the child sets ``env`` (e.g.
-``RIGHTREASONS_FAULT_KILL``), runs the job and exits; the runner answers one JSON line ``{"exit": code, "signal": number or null}``. Forking a process that has imported
-torch but computed nothing is safe and saves the import for every one of the many runs. Not a test module: it runs
-as a script.
+``RIGHTREASONS_FAULT_KILL``), runs the job and exits; the runner answers one JSON line ``{"exit": code}`` (minus the
+signal's number when the child was killed). Forking a process that has imported torch (and what every run imports)
+but computed nothing is safe and saves the imports for every one of the many runs. Not a test module: it runs as a
+script.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import traceback
 import warnings
 
 import torch
+import torch.utils.tensorboard  # noqa: F401 - imported by every run's tracker: once here, not in every forked job
 
 from rightreasons.config import from_dict
 from rightreasons.apps.tasks import config_for_task

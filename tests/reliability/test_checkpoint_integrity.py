@@ -171,7 +171,7 @@ def test_resume_on_the_first_start_starts_fresh(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finished, run_outcome, tmp_path):
+def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finished, run_outcome, run_cli, tmp_path):
     _, expected = finished
     out = tmp_path / "run"
     config = _config(out, **{"checkpoint.every_steps": None})
@@ -188,7 +188,7 @@ def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finish
     assert process.returncode == EXIT_PREEMPTED, stderr[-2000:]
     assert "stopped by SIGTERM: checkpoint" in stderr and "--resume" in stderr
     assert list((out / "checkpoints").glob("step-*")), "no checkpoint was written"
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = run_cli(*command[3:])  # the resume needs no process of its own
     assert done.returncode == 0, done.stderr[-2000:]
     result = run_outcome(out)
     assert result["weights"] == expected["weights"] and result["metrics"] == expected["metrics"]

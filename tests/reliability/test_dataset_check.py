@@ -9,10 +9,7 @@ For every case: loading the split (``load_dataset`` and every sample, as trainin
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +19,6 @@ from PIL import Image
 from rightreasons.apps.cli import main
 from rightreasons.data import DataError, load_dataset
 
-ROOT = Path(__file__).parents[2]
 VOC_OBJECTS = {  # id: (H, W, [(name, xmin, ymin, xmax, ymax, difficult)])
     "000001": (40, 50, [("dog", 5, 6, 20, 30, 0)]),
     "000002": (30, 30, [("cat", 1, 1, 30, 30, 0)]),
@@ -170,14 +166,12 @@ optim: {epochs: 1}
 
 
 @pytest.mark.parametrize("case", ["id listed twice", "truncated jpeg"])
-def test_training_refuses_with_the_message_prepare_prints(voc, tmp_path, capsys, case):
+def test_training_refuses_with_the_message_prepare_prints(voc, tmp_path, capsys, run_cli, case):
     damage, _ = VOC_CASES[case]
     damage(voc)
     code, out = prepare("voc2007", "--root", str(voc), "--allow-partial", capsys=capsys)
     (tmp_path / "config.yaml").write_text(TRAIN_CONFIG.replace("ROOT", str(voc)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "rightreasons", "train", "--config", "config.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = run_cli("train", "--config", "config.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
     message = line.split("error: ", 1)[1]

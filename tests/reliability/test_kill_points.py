@@ -55,16 +55,16 @@ def runner():
 
 
 def _train_config(out: Path, keep_last: int, **guidance) -> dict:
-    """A guided run of 2 epochs × 3 steps: checkpoints inside an epoch (every 2 steps), at its end and at the end of
-    the run, validation with localisation (so the Pareto front and the best model are kept too)."""
+    """A guided run of 2 epochs × 2 steps: checkpoints inside an epoch (every step), at its end and at the end of the
+    run, validation with localisation (so the Pareto front and the best model are kept too)."""
     return {"output_dir": str(out), "seed": 0, "cpu": True, "log_every": 1,
             "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 4}},
             "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
-                     "annotated_fraction": 0.5, "options": {"n": 12, "size": 32}},
+                     "annotated_fraction": 0.5, "options": {"n": 8, "size": 32}},
             "optim": {"name": "adam", "lr": 1e-3, "epochs": 2},
             "guidance": {"weight": 1.0, **guidance},
             "eval": {"num_images": 0},
-            "checkpoint": {"keep_last": keep_last, "every_steps": 2}}
+            "checkpoint": {"keep_last": keep_last, "every_steps": 1}}
 
 
 def _distill_config(out: Path, teacher: Path, cache: Path) -> dict:

@@ -1,5 +1,6 @@
 """What a training command never does to its output directory, through the real command line (``rightreasons guide``
-on the tiny guide config: ``bcos_resnet18`` width 8, ``synthetic-birds`` at 32 px).
+on the tiny guide config: ``bcos_resnet18`` width 8, ``synthetic-birds`` at 32 px), in the test's process unless a
+case needs a process of its own (a file size limit, a directory changed while the run goes on).
 
 * **Divergence** — a step whose gradients overflow is skipped (checked before the optimiser step); training that
   diverges stops with one ``error:`` line naming the step and what was non-finite, every checkpoint left holds finite
@@ -22,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,8 +31,6 @@ import yaml
 from safetensors.torch import load_file
 
 from rightreasons.engine.checkpointing import MANIFEST
-from rightreasons.fileio import DirectoryLock
-
 CONFIG = {"seed": 0, "cpu": True, "log_every": 1,
           "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 8}},
           "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
@@ -41,14 +41,22 @@ CONFIG = {"seed": 0, "cpu": True, "log_every": 1,
           "checkpoint": {"keep_last": 3, "every_steps": 1}}
 
 
-def guide(tmp_path: Path, out: Path, *args: str, config: dict | None = None, prefix: tuple[str, ...] = (),
-          command: str = "guide") -> subprocess.CompletedProcess:
-    """``rightreasons guide --config C output_dir=OUT ARGS`` in a subprocess (``prefix``: e.g. ``prlimit``)."""
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config or CONFIG))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([*prefix, sys.executable, "-m", "rightreasons", command, "--config", str(path),
-                           f"output_dir={out}", *args], capture_output=True, text=True, env=env, timeout=300)
+@pytest.fixture(scope="module")
+def guide(run_cli) -> Callable[..., subprocess.CompletedProcess]:
+    """``guide(tmp_path, out, *args, config=CONFIG, prefix=(), command="guide")``: ``rightreasons guide --config C
+    output_dir=OUT ARGS`` in this process, or, with a ``prefix`` (e.g. ``prlimit``), in a subprocess under it."""
+    def run(tmp_path: Path, out: Path, *args: str, config: dict | None = None, prefix: tuple[str, ...] = (),
+            command: str = "guide") -> subprocess.CompletedProcess:
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config or CONFIG))
+        argv = [command, "--config", str(path), f"output_dir={out}", *args]
+        if not prefix:
+            return run_cli(*argv)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        return subprocess.run([*prefix, sys.executable, "-m", "rightreasons", *argv], capture_output=True, text=True,
+                              env=env, timeout=300)
+
+    return run
 
 
 def clear_error(done: subprocess.CompletedProcess, pattern: str) -> str:
@@ -78,7 +86,7 @@ def files(out: Path) -> dict[str, bytes]:
 
 
 # ---------------------------------------------------------------------------------------------------------- divergence
-def test_an_overflowing_gradient_is_skipped_and_divergence_keeps_the_last_finite_checkpoint(tmp_path):
+def test_an_overflowing_gradient_is_skipped_and_divergence_keeps_the_last_finite_checkpoint(tmp_path, guide):
     """``guidance.weight=1e35``: the loss is finite (about 7e34), its gradient overflows. Before: the step was taken,
     ``step-000002`` held NaN weights and verified, ``step-000001`` was pruned, and every resume died on
     ``ValueError: ... 'epg' must be finite, got nan``."""
@@ -95,7 +103,7 @@ def test_an_overflowing_gradient_is_skipped_and_divergence_keeps_the_last_finite
     assert finite_checkpoints(out) == kept
 
 
-def test_a_non_finite_validation_metric_is_a_clear_error_and_the_checkpoint_is_kept(tmp_path):
+def test_a_non_finite_validation_metric_is_a_clear_error_and_the_checkpoint_is_kept(tmp_path, guide):
     """A standard ResNet-18 with SGD at lr 10: finite weights, NaN EPG at the first validation. Before: a
     ``ValueError`` traceback at every resume."""
     out = tmp_path / "run"
@@ -111,7 +119,7 @@ def test_a_non_finite_validation_metric_is_a_clear_error_and_the_checkpoint_is_k
 
 
 @pytest.mark.parametrize("lr", [pytest.param("1e37", marks=pytest.mark.exhaustive), "1e39"])
-def test_a_learning_rate_beyond_any_schedule_is_refused_before_training(tmp_path, lr):
+def test_a_learning_rate_beyond_any_schedule_is_refused_before_training(tmp_path, guide, lr):
     """SGD at lr 1e37 used to end with logits exactly 0 and exit 0; 1e39 overflowed at step 1."""
     out = tmp_path / "run"
     clear_error(guide(tmp_path, out, "optim.name=sgd", f"optim.lr={lr}"),
@@ -121,7 +129,7 @@ def test_a_learning_rate_beyond_any_schedule_is_refused_before_training(tmp_path
 
 # -------------------------------------------------------------------------------------------------------- finished runs
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
+def finished(tmp_path_factory, guide) -> Path:
     """A finished one-epoch run."""
     folder = tmp_path_factory.mktemp("finished")
     done = guide(folder, folder / "run")
@@ -130,7 +138,7 @@ def finished(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("resume", [False, pytest.param(True, marks=pytest.mark.exhaustive)], ids=["fresh", "resume"])
-def test_a_finished_run_is_never_overwritten_without_overwrite(finished, tmp_path, resume):
+def test_a_finished_run_is_never_overwritten_without_overwrite(finished, tmp_path, guide, resume):
     """``checkpoints/`` deleted to save space, then the same directory with another learning rate. Before: a warning,
     then ``metrics.jsonl`` truncated and ``model.safetensors`` and ``summary.json`` replaced."""
     out = tmp_path / "run"
@@ -150,7 +158,7 @@ def test_a_finished_run_is_never_overwritten_without_overwrite(finished, tmp_pat
     assert (out / "model.safetensors").read_bytes() == before["model.safetensors"]
 
 
-def test_resuming_a_finished_run_changes_nothing_and_overwrite_replaces_it(finished, tmp_path):
+def test_resuming_a_finished_run_changes_nothing_and_overwrite_replaces_it(finished, tmp_path, guide):
     out = tmp_path / "run"
     shutil.copytree(finished, out)
     before = files(out)
@@ -164,7 +172,7 @@ def test_resuming_a_finished_run_changes_nothing_and_overwrite_replaces_it(finis
 
 
 # ---------------------------------------------------------------------------------------------------------- symlinks
-def test_pruning_removes_a_symlinked_checkpoint_never_what_it_points_to(finished, tmp_path):
+def test_pruning_removes_a_symlinked_checkpoint_never_what_it_points_to(finished, tmp_path, guide):
     """A ``step-`` entry linking to another run's checkpoint, resumed from and then pruned (``keep_last`` lowered on
     resume), and a ``.tmp-step-`` leftover linking to another run. Before: pruning deleted the other run's manifest,
     then failed with ``OSError: Cannot call rmtree on a symbolic link``; the leftover link failed the start the same
@@ -183,7 +191,7 @@ def test_pruning_removes_a_symlinked_checkpoint_never_what_it_points_to(finished
     assert not any(p.is_symlink() for p in (out / "checkpoints").iterdir())
 
 
-def test_a_checkpoint_directory_linked_out_of_the_run_is_refused(finished, tmp_path):
+def test_a_checkpoint_directory_linked_out_of_the_run_is_refused(finished, tmp_path, guide):
     other = tmp_path / "other"
     shutil.copytree(finished, other)
     out = tmp_path / "run"
@@ -199,8 +207,8 @@ def test_a_checkpoint_directory_linked_out_of_the_run_is_refused(finished, tmp_p
 @pytest.mark.parametrize("limit, raised", [(100_000, "SafetensorError"),
                                            pytest.param(1_000_000, "RuntimeError", marks=pytest.mark.exhaustive)],
                          ids=["safetensors", "torch-save"])
-def test_a_write_failure_of_any_kind_says_nothing_was_lost_and_resume_finishes_the_run(finished, tmp_path, limit,
-                                                                                       raised):
+def test_a_write_failure_of_any_kind_says_nothing_was_lost_and_resume_finishes_the_run(finished, tmp_path, guide,
+                                                                                       limit, raised):
     """Files larger than ``limit`` bytes cannot be written: the checkpoint's weights (about 0.7 MB, safetensors) or
     its optimiser state (about 1.4 MB, ``torch.save``). Before: raw tracebacks (only ``OSError`` ENOSPC was caught)."""
     out = tmp_path / "run"
@@ -215,14 +223,14 @@ def test_a_write_failure_of_any_kind_says_nothing_was_lost_and_resume_finishes_t
                for k, v in load_file(finished / "model.safetensors").items())
 
 
-def test_a_five_thousand_character_output_dir_is_a_clear_error(tmp_path):
+def test_a_five_thousand_character_output_dir_is_a_clear_error(tmp_path, guide):
     out = tmp_path / ("x" * 5000)
     clear_error(guide(tmp_path, out), r"output directory .*…x+ \(5,\d{3} characters\) is not writable: File name too "
                                       "long")
 
 
 # ---------------------------------------------------------------------------------------------------------- data
-def test_resume_on_changed_data_is_refused_naming_the_change(tmp_path, write_voc):
+def test_resume_on_changed_data_is_refused_naming_the_change(tmp_path, guide, write_voc):
     """Two images added to VOC's ``train.txt`` between the start and the resume. Before: the run went on silently."""
     objects = {f"{i:06d}": (40, 48, [("dog" if i % 2 else "cat", 5, 5, 30, 35, 0)]) for i in range(14)}
     ids = sorted(objects)
@@ -240,16 +248,33 @@ def test_resume_on_changed_data_is_refused_naming_the_change(tmp_path, write_voc
 
 
 # ---------------------------------------------------------------------------------------------------------- locks
-def test_a_cache_directory_in_use_is_refused(tmp_path, finished):
-    """Two ``cache`` writers on one directory (here: this test holds its lock). Before: both wrote, and the manifest
-    could name one teacher over shards of the other."""
+HOLD_LOCK = """\
+import sys
+from rightreasons.fileio import DirectoryLock
+with DirectoryLock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+"""A process that holds the lock of the directory ``argv[1]`` until its stdin is closed."""
+
+
+def test_a_cache_directory_in_use_is_refused(tmp_path, finished, guide):
+    """Two ``cache`` writers on one directory (here: a process this test starts holds its lock). Before: both wrote,
+    and the manifest could name one teacher over shards of the other."""
     cache = tmp_path / "cache"
     cache.mkdir()
     config = {**CONFIG, "teacher": {"checkpoint": str(finished / "model.safetensors")}}
     config.pop("guidance")
-    with DirectoryLock(cache):
-        done = guide(tmp_path, cache, "--out", str(cache), config=config, command="cache")
-    clear_error(done, rf"cache directory {cache} is in use by another run \(process {os.getpid()} on host")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    with subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(cache)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True, env=env) as holder:
+        try:
+            assert holder.stdout.readline() == "locked\n"
+            done = guide(tmp_path, cache, "--out", str(cache), config=config, command="cache")
+        finally:
+            holder.communicate("", timeout=60)
+    clear_error(done, rf"cache directory {cache} is in use by another run \(process {holder.pid} on host")
     assert sorted(p.name for p in cache.iterdir()) == [".lock"]
 
 
@@ -268,7 +293,7 @@ def _immutable_directories_work(tmp_path: Path) -> bool:
         subprocess.run(["chattr", "-i", str(probe)], check=True)
 
 
-def test_an_output_directory_turned_read_only_mid_run_says_nothing_was_lost(tmp_path):
+def test_an_output_directory_turned_read_only_mid_run_says_nothing_was_lost(tmp_path, guide):
     """The run's directories become read-only (``chattr +i``: what ``chmod a-w`` does for a user other than root)
     after its first steps. Before: a raw ``PermissionError`` traceback from the checkpoint writer."""
     if not _immutable_directories_work(tmp_path):

@@ -26,15 +26,15 @@ optim: {epochs: 1}
 """
 
 
-def rightreasons(*args: str, cwd: Path, file_size_limit: int | None = None) -> subprocess.CompletedProcess:
-    """``python -m rightreasons ARGS`` in ``cwd``; ``file_size_limit`` bytes per written file (RLIMIT_FSIZE: a write
-    beyond it fails with EFBIG, as one fails with ENOSPC on a full disk)."""
+def rightreasons_limited(*args: str, cwd: Path, file_size_limit: int) -> subprocess.CompletedProcess:
+    """``python -m rightreasons ARGS`` in ``cwd`` in a process of its own that may write ``file_size_limit`` bytes per
+    file (RLIMIT_FSIZE: a write beyond it fails with EFBIG, as one fails with ENOSPC on a full disk)."""
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "rightreasons", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env, preexec_fn=limit if file_size_limit else None)
+                          timeout=300, env=env, preexec_fn=limit)
 
 
 def error_line(done: subprocess.CompletedProcess) -> str:
@@ -54,22 +54,22 @@ def test_generation_options_out_of_range_are_refused_with_the_allowed_range(opti
         load_dataset("synthetic-birds", None, "train", **options)
 
 
-def test_training_with_a_huge_synthetic_size_is_one_error_line(tmp_path):
+def test_training_with_a_huge_synthetic_size_is_one_error_line(tmp_path, run_cli):
     (tmp_path / "config.yaml").write_text(CONFIG)
-    line = error_line(rightreasons("train", "--config", "config.yaml", "data.options.size=30000", cwd=tmp_path))
+    line = error_line(run_cli("train", "--config", "config.yaml", "data.options.size=30000", cwd=tmp_path))
     assert "'size' must be an integer in 16..512" in line and "30000" in line
 
 
 @pytest.mark.parametrize("args, message", [(["--size", "100000"], "'size' must be an integer in 16..512"),
                                            (["--n-train", "1000000000"], "'sizes.train' must be an integer in 0..")])
-def test_data_synth_out_of_range_is_one_error_line(tmp_path, args, message):
-    assert message in error_line(rightreasons("data", "synth", "--out", "out", *args, cwd=tmp_path))
+def test_data_synth_out_of_range_is_one_error_line(tmp_path, run_cli, args, message):
+    assert message in error_line(run_cli("data", "synth", "--out", "out", *args, cwd=tmp_path))
     assert not (tmp_path / "out").exists()
 
 
 def test_data_synth_on_a_full_disk_is_one_error_line_and_leaves_no_index(tmp_path):
-    done = rightreasons("data", "synth", "--out", "out", "--task", "synthetic-birds", "--size", "32",
-                        "--n-train", "8", "--n-val", "4", "--n-test", "4", cwd=tmp_path, file_size_limit=600)
+    done = rightreasons_limited("data", "synth", "--out", "out", "--task", "synthetic-birds", "--size", "32",
+                                "--n-train", "8", "--n-val", "4", "--n-test", "4", cwd=tmp_path, file_size_limit=600)
     line = error_line(done)
     assert "out" in line and "cannot write" in line and "File too large" in line, line
     assert not (tmp_path / "out" / "synthetic-birds" / "index.json").exists()

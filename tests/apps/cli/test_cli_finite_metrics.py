@@ -3,15 +3,12 @@ of a model whose outputs are NaN exit with one ``error:`` line naming the model 
 write nothing; before, ``evaluate`` wrote ``"accuracy": 0.5, "epg": NaN`` (invalid JSON) and ``explain`` printed
 ``p=nan``, both with exit code 0.
 
-Through the real command line (``python -m rightreasons``) on the in-memory synthetic birds at 32 px and a B-cos
-ResNet-18 of width 8."""
+Through the real command line (its entry point, in the test's process: ``run_cli``) on the in-memory synthetic birds
+at 32 px and a B-cos ResNet-18 of width 8."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +26,6 @@ data: {name: synthetic-birds, image_size: 32, batch_size: 4, eval_batch_size: 4,
 """
 
 
-def rightreasons(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    path = os.pathsep.join([str(Path(__file__).parents[3]), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path}
-    return subprocess.run([sys.executable, "-m", "rightreasons", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env)
-
-
 @pytest.fixture
 def nan_model(tmp_path) -> Path:
     """A B-cos ResNet-18 (width 8, two classes) whose weights are all NaN, saved as ``nan.safetensors``."""
@@ -46,9 +36,9 @@ def nan_model(tmp_path) -> Path:
     return save_model(model, tmp_path / "nan.safetensors")
 
 
-def test_evaluate_of_a_model_with_nan_outputs_fails_naming_the_model_file(tmp_path, nan_model):
+def test_evaluate_of_a_model_with_nan_outputs_fails_naming_the_model_file(tmp_path, nan_model, run_cli):
     (tmp_path / "config.yaml").write_text(CONFIG)
-    done = rightreasons("evaluate", "--checkpoint", str(nan_model), "--config", "config.yaml", "--out", "test.json",
+    done = run_cli("evaluate", "--checkpoint", str(nan_model), "--config", "config.yaml", "--out", "test.json",
                         cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
@@ -57,10 +47,10 @@ def test_evaluate_of_a_model_with_nan_outputs_fails_naming_the_model_file(tmp_pa
     assert not (tmp_path / "test.json").exists() and "NaN" not in done.stdout
 
 
-def test_explain_of_a_model_with_nan_outputs_fails_naming_the_model_file(tmp_path, nan_model):
+def test_explain_of_a_model_with_nan_outputs_fails_naming_the_model_file(tmp_path, nan_model, run_cli):
     image = tmp_path / "bird.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
-    done = rightreasons("explain", "--checkpoint", str(nan_model), "--size", "32", "--out", "out", "--device", "cpu",
+    done = run_cli("explain", "--checkpoint", str(nan_model), "--size", "32", "--out", "out", "--device", "cpu",
                         str(image), cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
@@ -68,12 +58,12 @@ def test_explain_of_a_model_with_nan_outputs_fails_naming_the_model_file(tmp_pat
     assert "p=nan" not in done.stdout and not list((tmp_path / "out").glob("*.png"))
 
 
-def test_evaluate_writes_finite_json(tmp_path):
+def test_evaluate_writes_finite_json(tmp_path, run_cli):
     """The same command on a finite model: exit 0 and a file that strict JSON parsers read."""
     model = create_model("bcos_resnet18", inplanes=8, num_classes=2)
     path = save_model(model, tmp_path / "model.safetensors")
     (tmp_path / "config.yaml").write_text(CONFIG)
-    done = rightreasons("evaluate", "--checkpoint", str(path), "--config", "config.yaml", "--out", "test.json",
+    done = run_cli("evaluate", "--checkpoint", str(path), "--config", "config.yaml", "--out", "test.json",
                         cwd=tmp_path)
     assert done.returncode == 0, done.stderr
 

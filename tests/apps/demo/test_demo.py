@@ -4,6 +4,7 @@ mechanism later stages plug into, and the summary statistics and benchmark check
 import json
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -27,7 +28,23 @@ def _numbers(value):
             yield from _numbers(v)
 
 
-def test_quick_demo_writes_report_figures_and_finite_results(tmp_path, capsys):
+QUICK = DemoSettings.quick
+
+
+def small_quick(seeds: int | None = None) -> DemoSettings:
+    """The ``--quick`` preset at the scale of a test: ResNets of width 4, 32 training and 32 validation images (64 px,
+    batches of 8), 40 test images, one epoch per training — every stage, model and file of the quick run."""
+    quick = QUICK(seeds)
+    return replace(quick, recipe=replace(quick.recipe, model_kwargs={"inplanes": 4}, train_images=32, batch_size=8,
+                                         test_images=40, baseline_epochs=1),
+                   distillation=replace(quick.distillation, student_kwargs={"inplanes": 4}, val_images=16))
+
+
+@pytest.mark.parametrize("scale", ["small", pytest.param("quick", marks=pytest.mark.exhaustive)])
+def test_quick_demo_writes_report_figures_and_finite_results(tmp_path, capsys, monkeypatch, scale):
+    """``demo --quick`` end to end; ``make test`` runs it on the small preset, ``make test-all`` as users run it."""
+    if scale == "small":
+        monkeypatch.setattr(DemoSettings, "quick", staticmethod(small_quick))
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out / "report.md")

@@ -1,10 +1,7 @@
-"""``rightreasons bcosify``: a registered model (through the console script) and a model file written by training
-are converted into loadable B-cos model files; bad input ends in one ``error:`` line and exit code 2."""
+"""``rightreasons bcosify``: a registered model and a model file written by training are converted into loadable B-cos
+model files; bad input ends in one ``error:`` line and exit code 2."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import torch
 
@@ -13,18 +10,13 @@ from rightreasons.apps import cli
 from rightreasons.encoding import reencode
 
 
-def bcosify(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rightreasons", "bcosify", *args], capture_output=True, text=True,
-                          timeout=180)
-
-
-def test_a_registered_model_with_torchvision_weights_becomes_a_loadable_file(tmp_path):
+def test_a_registered_model_with_torchvision_weights_becomes_a_loadable_file(tmp_path, run_cli):
     source = rr.create_model("resnet18", num_classes=4).eval()
     weights = tmp_path / "resnet18.pth"
     torch.save(source.state_dict(), weights)  # a plain torchvision-layout state dict
     out = tmp_path / "bcosified.safetensors"
-    done = bcosify("--model", "resnet18", "--checkpoint", str(weights), "--num-classes", "4", "--b", "1",
-                   "--keep-bias", "--keep-maxpool", "--out", str(out))
+    done = run_cli("bcosify", "--model", "resnet18", "--checkpoint", weights, "--num-classes", "4", "--b", "1",
+                   "--keep-bias", "--keep-maxpool", "--out", out)
     assert done.returncode == 0, done.stderr
     assert "bcosified_resnet18" in done.stdout and '"checkpoint"' in done.stdout
     converted = rr.load_model(out).eval()
@@ -45,8 +37,8 @@ def test_a_model_file_written_by_training_is_converted_with_its_architecture(tmp
     assert converted.options.weight_mode == "gain" and not converted.options.keep_bias
 
 
-def test_an_unknown_model_is_one_error_line_with_exit_code_2(tmp_path):
-    done = bcosify("--model", "resnet81", "--out", str(tmp_path / "x.safetensors"))
+def test_an_unknown_model_is_one_error_line_with_exit_code_2(tmp_path, run_cli):
+    done = run_cli("bcosify", "--model", "resnet81", "--out", tmp_path / "x.safetensors")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("rightreasons bcosify: error: unknown model 'resnet81'; did you mean resnet18")
     assert not (tmp_path / "x.safetensors").exists()
