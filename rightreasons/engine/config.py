@@ -186,7 +186,8 @@ class TrainConfig:
     time (minutes for a ResNet-50 on the CPU)."""
     channels_last: bool = False
     """Train the model and its training batches in the `torch.channels_last` memory format (NHWC), which GPU
-    convolutions in reduced precision prefer (tensor cores); the values are those of the default format."""
+    convolutions in reduced precision prefer (tensor cores); the values are those of the default format. GPUs only:
+    refused on the CPU, where oneDNN computes wrong weight gradients for some channels-last convolutions."""
     max_steps: int | None = None
     """Stop after this many optimiser steps (a smoke test or a time budget); the schedule still spans `optim.epochs`.
     null: train all epochs."""
