@@ -47,7 +47,8 @@ What a run never does (the README's *Reliability*; each rule kept in one place):
   so no checkpoint ever holds non-finite weights and none is pruned for a diverged step. Divergence — ``MAX_BAD_STEPS``
   skipped steps in a row, non-finite weights or non-finite validation metrics — stops the run with one
   :class:`~rightreasons.errors.DivergenceError` naming the step and what was non-finite (:meth:`Trainer.train_step`,
-  :meth:`Trainer._after_epoch`);
+  :meth:`Trainer._after_epoch`); with ``mixed_precision: fp16`` a step whose gradients overflow is the loss scaler's:
+  it skips the step and halves the scale, and such a step counts only below :data:`MIN_LOSS_SCALE`;
 * **overwrite a finished run** — an output directory holding ``summary.json`` or ``model.safetensors`` is refused
   unless ``overwrite`` (``--overwrite``) asks for it; ``--resume`` of a finished run of the same config does nothing
   (:func:`train`); ``--resume`` with a longer schedule extends it (below), and its ``model.safetensors`` and
