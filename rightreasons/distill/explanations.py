@@ -66,16 +66,17 @@ class TeacherOutputs:
 
 
 def teacher_outputs(teacher: nn.Module, images: Tensor, method: str = "none", layer: str = "final",
-                    at_layers: Sequence[str] = ()) -> TeacherOutputs:
+                    at_layers: Sequence[str] = (), grad_scale: float = 1.0) -> TeacherOutputs:
     """Run the (frozen, eval-mode) teacher on ``images`` encoded for it: logits, the ``method`` explanation of its
     top-1 class at ``layer`` (the input for input-only methods; none for ``"none"``), and the outputs of
-    ``at_layers``. No graph is kept."""
+    ``at_layers``. No graph is kept. ``grad_scale``: the loss scale of a float16 step, which seeds the explanation's
+    backward (:func:`~rightreasons.explain.attribute`)."""
     with capture_outputs(teacher, at_layers) as features:
         if method == "none":
             with torch.no_grad():
                 logits, explanations = teacher(images), None
         else:
-            result = attribute(teacher, images, None, method, layer_for(method, layer))
+            result = attribute(teacher, images, None, method, layer_for(method, layer), grad_scale=grad_scale)
             logits, explanations = result.logits, result.explanation
     return TeacherOutputs(logits.detach(), None if explanations is None else explanations.detach(),
                           [f[-1].detach() for f in features])

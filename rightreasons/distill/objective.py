@@ -99,10 +99,12 @@ class DistillObjective:
         return tuple(self.at_layers) if self.at_weight > 0 else ()
 
     def __call__(self, student: nn.Module, images: Tensor, teacher: TeacherOutputs,
-                 labels: Tensor | None = None, explain: bool = True) -> DistillOutput:
+                 labels: Tensor | None = None, explain: bool = True, grad_scale: float = 1.0) -> DistillOutput:
         """The objective of ``student`` on ``images [N, C, H, W]`` (its own encoding) given the teacher's outputs
         on the same images; ``labels [N, K]`` feed the ground-truth term. ``explain=False`` leaves the e²KD term out
-        of this step (``distill.explanation_every``): a plain student forward, no teacher explanations needed."""
+        of this step (``distill.explanation_every``): a plain student forward, no teacher explanations needed.
+        ``grad_scale``: the loss scale of a float16 step, which seeds the explanation's backward
+        (:func:`~rightreasons.explain.attribute`)."""
         explain = explain and self.needs_teacher_explanations
         if explain and teacher.explanations is None:
             raise ValueError("the e²KD term needs the teacher's explanations, but TeacherOutputs.explanations is None")
@@ -111,7 +113,8 @@ class DistillObjective:
                              f"{len(teacher.features)}")
         with capture_outputs(student, self.at_layers if self.at_weight > 0 else ()) as features:
             if explain:
-                result = attribute(student, images, teacher.target, self.method, self.layer, create_graph=True)
+                result = attribute(student, images, teacher.target, self.method, self.layer, create_graph=True,
+                                   grad_scale=grad_scale)
                 logits, explanations = result.logits, result.explanation
             else:
                 logits, explanations = student(images), None

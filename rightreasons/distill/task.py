@@ -127,9 +127,10 @@ class DistillationTask(ClassificationTask):
         ``distill.explanation_every``."""
         return self.objective.needs_teacher_explanations and step.index % self.config.distill.explanation_every == 0
 
-    def teacher_outputs_for(self, batch: dict[str, Any], explain: bool = True) -> TeacherOutputs:
+    def teacher_outputs_for(self, batch: dict[str, Any], explain: bool = True,
+                            grad_scale: float = 1.0) -> TeacherOutputs:
         """The teacher's logits (and explanations when ``explain`` and the e²KD term is on, attention features) for
-        a batch: cached or computed now."""
+        a batch: cached or computed now (``grad_scale``: a float16 step's loss scale, :func:`teacher_outputs`)."""
         objective = self.objective
         explain = explain and objective.needs_teacher_explanations
         if self.cache is not None:
@@ -137,14 +138,16 @@ class DistillationTask(ClassificationTask):
             return TeacherOutputs(logits, batch["explanation"] if explain else None)
         method = self.method if explain else "none"
         images = reencode(batch["image"], self.encoding, self.teacher_caps.encoding)
-        return teacher_outputs(self.teacher, images, method, objective.layer, objective.teacher_at_layers)
+        return teacher_outputs(self.teacher, images, method, objective.layer, objective.teacher_at_layers,
+                               grad_scale)
 
     def losses(self, model: nn.Module, batch: dict[str, Any], step: Step) -> tuple[dict[str, Tensor], Tensor]:
         """KD (+ e²KD on the steps of :meth:`explains_at`, ground truth, AT) terms and their weighted total for one
         batch."""
         explain = self.explains_at(step)
-        out = self.objective(model, batch["image"], self.teacher_outputs_for(batch, explain), batch["labels"],
-                             explain=explain)
+        teacher = self.teacher_outputs_for(batch, explain, step.loss_scale)
+        out = self.objective(model, batch["image"], teacher, batch["labels"], explain=explain,
+                             grad_scale=step.loss_scale)
         return out.terms, out.total
 
     # ------------------------------------------------------------------ evaluation

@@ -172,16 +172,22 @@ class TrainConfig:
     """Seed of everything random in the run: initialisation, sample order, augmentation, the annotated subset."""
     cpu: bool = False
     """Train on the CPU even where a GPU is available."""
-    mixed_precision: Literal["no", "bf16"] = "no"
-    """`no`: float32 throughout; `bf16`: forward passes under bfloat16 autocast (accelerate's mixed
-    precision; needs a device with bfloat16 support, e.g. a GPU since Ampere), weights and optimiser state in float32.
-    The only two values accepted."""
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    """`no`: float32 throughout; `bf16`: forward passes under bfloat16 autocast (accelerate's mixed precision; the CPU
+    and GPUs since Ampere), weights and optimiser state in float32; `fp16`: float16 autocast with dynamic loss scaling
+    (accelerate's `GradScaler`), for GPUs without bfloat16: on CUDA only (a run elsewhere is refused, since accelerate
+    would train it in float32). A guided or e²KD step seeds its explanation's gradient with the loss scale too, so its
+    second-order gradients do not underflow; a step whose gradients overflow is skipped and the scale lowered."""
     compile: Literal["no", "inductor", "aot_eager"] = "no"
     """`torch.compile` the model with this backend (through accelerate): `inductor` generates fused kernels (the
     speed-up), `aot_eager` only traces (a quick check that a model compiles). A B-cos network compiles without a graph
     break. Explanations (guided and e²KD steps, `explain`) run the compiled model eagerly, since AOTAutograd's graphs
     have no second backward, so only plain forward and backward passes get faster. The first step pays the compile
     time (minutes for a ResNet-50 on the CPU)."""
+    channels_last: bool = False
+    """Train the model and its training batches in the `torch.channels_last` memory format (NHWC), which GPU
+    convolutions in reduced precision prefer (tensor cores); the values are those of the default format. GPUs only:
+    refused on the CPU, where oneDNN computes wrong weight gradients for some channels-last convolutions."""
     max_steps: int | None = None
     """Stop after this many optimiser steps (a smoke test or a time budget); the schedule still spans `optim.epochs`.
     null: train all epochs."""

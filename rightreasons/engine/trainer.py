@@ -47,7 +47,8 @@ What a run never does (the README's *Reliability*; each rule kept in one place):
   so no checkpoint ever holds non-finite weights and none is pruned for a diverged step. Divergence — ``MAX_BAD_STEPS``
   skipped steps in a row, non-finite weights or non-finite validation metrics — stops the run with one
   :class:`~rightreasons.errors.DivergenceError` naming the step and what was non-finite (:meth:`Trainer.train_step`,
-  :meth:`Trainer._after_epoch`);
+  :meth:`Trainer._after_epoch`); with ``mixed_precision: fp16`` a step whose gradients overflow is the loss scaler's:
+  it skips the step and halves the scale, and such a step counts only below :data:`MIN_LOSS_SCALE`;
 * **overwrite a finished run** — an output directory holding ``summary.json`` or ``model.safetensors`` is refused
   unless ``overwrite`` (``--overwrite``) asks for it; ``--resume`` of a finished run of the same config does nothing
   (:func:`train`); ``--resume`` with a longer schedule extends it (below), and its ``model.safetensors`` and
@@ -98,7 +99,7 @@ from torch.utils.data import DataLoader
 from ..config import diff_configs, to_dict
 from ..console import count
 from ..data import collate
-from ..errors import DivergenceError, NonFiniteError, RightReasonsError, TrainingError, UsageError
+from ..errors import ConfigError, DivergenceError, NonFiniteError, RightReasonsError, TrainingError, UsageError
 from ..faults import boundary
 from ..fileio import (DirectoryLock, atomic_write_all, json_text, read_json_object, remove_tree, require_free_space,
                       writable_directory)
@@ -121,6 +122,10 @@ logger = logging.getLogger(__name__)
 
 MAX_BAD_STEPS = 3
 """Skipped steps (non-finite loss or gradients) in a row after which a run has diverged."""
+MIN_LOSS_SCALE = 1.0
+"""With ``mixed_precision: fp16``, a step skipped at a loss scale at least this large is an overflow that the dynamic
+loss scale cures (it halves the scale) and does not count towards :data:`MAX_BAD_STEPS`; below it (float16 cannot
+hold the unscaled gradients either) it counts as a bad step like any other."""
 SUMMARY, MODEL_FILE = "summary.json", "model.safetensors"
 RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front", "log_with")
 """Config keys a resume may change: where the run is, how many checkpoints it keeps and which trackers it logs to
@@ -238,6 +243,23 @@ def finished_summary(output_dir: str | Path, config: TrainConfig, extend: bool =
     return None if extend and config_differences(recorded, config) else summary
 
 
+def _check_device_options(config: TrainConfig, accelerator: Accelerator) -> None:
+    """Refuse what the device would not do as the config says: ``mixed_precision: fp16`` where accelerate set up no
+    loss scaler (on the CPU it silently trains in float32: no float16 autocast, no ``GradScaler``), and
+    ``channels_last`` on the CPU, where oneDNN's channels-last backward of a strided 1x1 convolution with fewer input
+    channels than its vector block computes wrong weight gradients, or hangs (uxlfoundation/oneDNN#6035: the
+    downsampling convolutions of narrow ResNets; measured 70 % off with torch 2.14)."""
+    device = accelerator.device.type
+    if config.mixed_precision == "fp16" and accelerator.scaler is None:
+        raise ConfigError(f"mixed_precision: fp16 needs a CUDA GPU (float16 autocast with dynamic loss scaling); on "
+                          f"{device!r} accelerate would train in float32. Use mixed_precision: bf16 (the CPU and GPUs "
+                          "since Ampere) or no")
+    if config.channels_last and device == "cpu":
+        raise ConfigError("channels_last: true is for GPUs: on the CPU, oneDNN computes wrong weight gradients for "
+                          "channels-last strided 1x1 convolutions of few channels (uxlfoundation/oneDNN#6035), and the "
+                          "default format is the faster one there. Set channels_last: false")
+
+
 def split_identity(dataset: Any) -> dict[str, Any]:
     """What identifies a split's data: its number of images and the SHA-256 of its sample ids in order."""
     ids = [str(i) for i in getattr(dataset, "ids", range(len(dataset)))]
@@ -272,6 +294,7 @@ class Trainer:
             dataloader_config=DataLoaderConfiguration(split_batches=True),
             log_with=accelerate_trackers(self.trackers, self.output_dir) or None, project_dir=str(self.output_dir),
             dynamo_plugin=TorchDynamoPlugin(backend=config.compile))
+        _check_device_options(config, self.accelerator)
         self.lock = DirectoryLock(self.output_dir, error=TrainingError)  # held by the main process until the run ends
         start_checks(self.accelerator, lambda: (_preflight(self.output_dir), self.lock.acquire()))
         weakref.finalize(self, self.lock.release)
@@ -291,6 +314,8 @@ class Trainer:
         model = task.build_model(self.train_set)
         if self.accelerator.num_processes > 1:
             model = task.distribute(model, self.accelerator.num_processes)
+        if config.channels_last:
+            model = model.to(memory_format=torch.channels_last)
         self.encoding = task.input_encoding(model)
         self.train_transform = SeededTransform(task.train_transform(self.encoding), config.seed)
         self.train_set.transform = self.train_transform
@@ -482,8 +507,10 @@ class Trainer:
     def _step(self) -> Step:
         rank = self.accelerator.process_index
         seed = mix_seed(self.config.seed, self.position.step, self.position.batch, rank)
+        scaler = self.accelerator.scaler
         return Step(generator=torch.Generator().manual_seed(seed), world_size=self.accelerator.num_processes,
-                    sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"), index=self.position.step)
+                    sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"), index=self.position.step,
+                    loss_scale=1.0 if scaler is None else scaler.get_scale())
 
     def _finite_everywhere(self, tensors: Iterable[Tensor]) -> bool:
         """Whether every tensor is finite on every process (one reduction, so all processes agree)."""
@@ -506,7 +533,17 @@ class Trainer:
 
     def _skip(self, batch: dict[str, Any], what: str, terms: dict[str, Tensor]) -> None:
         """Skip a step with a non-finite ``what`` (loss or gradients): warn, count it, and stop the run after
-        :data:`MAX_BAD_STEPS` in a row."""
+        :data:`MAX_BAD_STEPS` in a row. With fp16's loss scaler the scaler skips it (its ``step`` finds the gradients
+        non-finite) and halves its scale; such an overflow is counted only below :data:`MIN_LOSS_SCALE`."""
+        scaler = self.accelerator.scaler
+        if scaler is not None:
+            scale = scaler.get_scale()
+            self.optimizer.step()  # the scaler's step: skipped, and the scale lowered
+            if scale >= MIN_LOSS_SCALE:
+                self.optimizer.zero_grad()
+                logger.info("fp16: non-finite %s at loss scale %g: step skipped, scale lowered to %g", what, scale,
+                            scaler.get_scale())
+                return None
         self.bad_steps += 1
         self.optimizer.zero_grad()
         warnings.warn(f"non-finite {what} at epoch {self.position.epoch + 1}, batch {self.position.batch + 1} "
@@ -527,17 +564,23 @@ class Trainer:
         """One optimisation step on ``batch`` (losses, backward, clipping, optimiser and schedule); returns the
         loss terms, or None when a non-finite loss or gradient made it skip the step (checked before the
         optimiser step, on all processes together)."""
+        if self.config.channels_last:
+            batch = {**batch, "image": batch["image"].contiguous(memory_format=torch.channels_last)}
         with self.accelerator.accumulate(self.model):
             with self.accelerator.autocast():
                 terms, loss = self.task.losses(self.model, batch, self._step())
-            if not self._finite_everywhere([loss]):
+            finite = self._finite_everywhere([loss])
+            if not finite and self.accelerator.scaler is None:
                 return self._skip(batch, "loss", terms)
-            self.accelerator.backward(loss)
+            self.accelerator.backward(loss)  # fp16: a non-finite loss too, so that the scaler sees its overflow
             if self.accelerator.sync_gradients:
+                self.accelerator.unscale_gradients()  # fp16: clipping and the checks see the true gradients
                 grads = [p.grad for p in self.model.parameters() if p.grad is not None]
                 if not self._finite_everywhere(grads):
-                    return self._skip(batch, "gradient", terms)
+                    return self._skip(batch, "gradient" if finite else "loss", terms)
                 clip_gradients(self.model.parameters(), self.agc, self.config.optim.max_grad_norm)
+            elif not finite:
+                return None  # fp16 within an accumulated step: its gradients skip the step at its end
             self.bad_steps = 0
             self.optimizer.step()
             self.scheduler.step()

@@ -17,6 +17,17 @@ The methods and what each returns are declared in :mod:`rightreasons.explain.met
   stays differentiable: a loss on the maps back-propagates (after :func:`attribute` returns) into every parameter —
   for the B-cos methods with exact second-order gradients.
 
+**Float16.** Under float16 autocast the explanation's backward runs in float16, whose range ends at 65504 and whose
+normal numbers start at 6e-5: the small gradients of a B-cos explanation (``W(x)`` of an untrained ResNet is ~1e-5 at
+the input) lose their precision or vanish. ``grad_scale`` seeds that backward with the dynamic loss scale ``s`` of the
+training step (``rightreasons.engine.Step.loss_scale``) and divides it out again in float32: the explanation's
+gradient is computed ``s`` times larger, as dynamic loss scaling computes the ordinary gradients, and in the second
+backward the products that make the parameters' gradients carry the factor ``s`` of the outer loss. An overflow makes
+the explanation non-finite, hence the loss: the scaler skips the step and lowers ``s``, as for any other overflow.
+What no scale moves is the gradient of the loss with respect to the explanation, which the second backward carries
+unscaled: the scale-invariant localisation losses make it grow like ``1 / max|E|``, and beyond 65504 float16 cannot
+hold it (bfloat16 has float32's range and needs no scaling).
+
 Wrapped models (DDP, ``DataParallel``, ``torch.compile``) are explained like the bare model; the forward pass runs
 through the wrapper, a compiled one eagerly (``torch.compiler.set_stance``): AOTAutograd's graphs have no second
 backward, and the hooks that capture a layer are added after compiling.
@@ -24,6 +35,7 @@ backward, and the hooks that capture a layer are added after compiling.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator
@@ -116,7 +128,7 @@ def _check(model: nn.Module, method: Method, layer: str, steps: int) -> bool:
 
 
 def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: str = "bcos", layer: str = "input",
-              *, create_graph: bool = False, steps: int = INTGRAD_STEPS) -> Attribution:
+              *, create_graph: bool = False, steps: int = INTGRAD_STEPS, grad_scale: float = 1.0) -> Attribution:
     """Explain ``model``'s logits for ``target`` on ``x [N, C, H, W]`` at ``layer`` with ``method``.
 
     Args:
@@ -128,7 +140,11 @@ def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: 
             (:func:`~rightreasons.explain.layers.resolve_layer`); the module must output ``[N, C, h, w]``.
         create_graph: keep logits and maps differentiable (for guidance and e²KD losses); otherwise all is detached.
         steps: Riemann steps of ``intgrad`` on models that are not X-DNNs (ignored otherwise).
+        grad_scale: the seed of the explanation's backward, divided out in float32 (the loss scale of a float16
+            step; module docstring); 1 leaves the computation as it is.
     """
+    if not (math.isfinite(grad_scale) and grad_scale > 0):
+        raise UsageError(f"grad_scale must be a finite number > 0, got {grad_scale!r}")
     spec = get_method(method)
     riemann = _check(model, spec, layer, steps)
     module = resolve_layer(model, layer)
@@ -142,9 +158,9 @@ def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: 
             raise ValueError(f"attribution expects the model to return logits [N, K], got {tuple(logits.shape)}")
         feature = x if module is None else _single_output(captured[0], layer)
         target = resolve_target(target, logits)
-        grad = _target_gradient(model, logits, target, feature, spec.explaining, create_graph)
+        grad = _target_gradient(model, logits, target, feature, spec.explaining, create_graph, grad_scale)
         if riemann and steps > 1:
-            grad = _riemann_mean_gradient(model, x, module, feature, target, grad, steps, create_graph)
+            grad = _riemann_mean_gradient(model, x, module, feature, target, grad, steps, create_graph, grad_scale)
         raw = _combine(spec.name, feature, grad)
         maps = upsample(raw, x.shape[-2:])
     weights = grad if module is None else None
@@ -181,16 +197,23 @@ def _single_output(outputs: list[Tensor], layer: str) -> Tensor:
 
 
 def _target_gradient(model: nn.Module, logits: Tensor, target: Tensor, feature: Tensor, explaining: bool,
-                     create_graph: bool) -> Tensor:
-    """``∂(Σ_n logits[n, target[n]]) / ∂feature`` in one backward, in explanation mode for the B-cos methods."""
+                     create_graph: bool, grad_scale: float = 1.0) -> Tensor:
+    """``∂(Σ_n logits[n, target[n]]) / ∂feature`` in one backward, in explanation mode for the B-cos methods; a
+    backward seeded with ``grad_scale`` (not 1) returns its gradient divided by it in float32 (or wider)."""
     selected = logits.gather(1, target[:, None]).sum()
+    if grad_scale != 1.0:
+        selected = selected.to(_at_least_float32(selected.dtype)) * grad_scale
     with explanation_mode(model) if explaining else nullcontext():
         (grad,) = torch.autograd.grad(selected, feature, create_graph=create_graph)
-    return grad
+    return grad if grad_scale == 1.0 else grad.to(_at_least_float32(grad.dtype)) / grad_scale
+
+
+def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _riemann_mean_gradient(model: nn.Module, x: Tensor, module: nn.Module | None, feature: Tensor, target: Tensor,
-                           grad_at_one: Tensor, steps: int, create_graph: bool) -> Tensor:
+                           grad_at_one: Tensor, steps: int, create_graph: bool, grad_scale: float) -> Tensor:
     """Mean of the gradients at ``k/steps · feature``, ``k = 1..steps`` (``k = steps`` is the forward already run).
 
     At a layer, the model runs on ``x`` with the layer's output replaced by the scaled feature."""
@@ -199,7 +222,7 @@ def _riemann_mean_gradient(model: nn.Module, x: Tensor, module: nn.Module | None
         scaled = (k / steps) * feature
         with _replacing_output(module, scaled):
             logits = model(scaled if module is None else x)
-        total = total + _target_gradient(model, logits, target, scaled, False, create_graph)
+        total = total + _target_gradient(model, logits, target, scaled, False, create_graph, grad_scale)
     return total / steps
 
 

@@ -131,7 +131,7 @@ class GuidanceObjective:
 
     def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
                  box_labels: Sequence[Tensor], has_boxes: Tensor, generator: torch.Generator | None = None, *,
-                 create_graph: bool = True) -> GuidanceOutput:
+                 create_graph: bool = True, grad_scale: float = 1.0) -> GuidanceOutput:
         """Run the step's forward pass and the localisation loss.
 
         Args:
@@ -143,6 +143,8 @@ class GuidanceObjective:
             has_boxes: ``[N]`` bool, whether the image's boxes may be used (limited annotations).
             generator: seeds the class sampling (a CPU generator).
             create_graph: keep the attributions differentiable (needed to train on the loss).
+            grad_scale: the loss scale of a float16 step, which seeds the explanation's backward
+                (:func:`~rightreasons.explain.attribute`).
         """
         n = images.shape[0]
         if images.dim() != 4 or labels.shape[0] != n or has_boxes.shape != (n,) or has_boxes.dtype != torch.bool:
@@ -166,7 +168,7 @@ class GuidanceObjective:
                                   explained=annotated)
         if not annotated_only:
             result = attribute(model, images, classes, self.method, self.layer, create_graph=create_graph,
-                               steps=self.steps)
+                               steps=self.steps, grad_scale=grad_scale)
             loss = self.loss_fn(result.maps, masks, self.reduction, annotated)
             return GuidanceOutput(loss=loss, logits=result.logits, classes=classes, masks=masks, annotated=annotated,
                                   attributions=result.maps, explained=torch.ones_like(annotated))
@@ -175,7 +177,7 @@ class GuidanceObjective:
         with shared_batch_statistics(inner):
             logits = model(images)  # the whole batch: classification logits; its batch statistics are recorded
             result = attribute(inner, images[index], classes[index], self.method, self.layer,
-                               create_graph=create_graph, steps=self.steps)
+                               create_graph=create_graph, steps=self.steps, grad_scale=grad_scale)
         part = self.loss_fn(result.maps, masks[index], self.reduction, torch.ones_like(index, dtype=torch.bool))
         loss = part.new_zeros(n).index_copy(0, index, part) if self.reduction == "none" else part
         maps = result.maps.new_zeros((n, *result.maps.shape[1:])).index_copy(0, index, result.maps)

@@ -88,7 +88,7 @@ def test_the_page_covers_every_task_and_documents_mixed_precision():
     for name in task_names():
         assert f"`rightreasons {name} --config FILE` reads a `{get_task(name).config_class.__name__}`" in page
     row = next(line for line in page.splitlines() if line.startswith("| `mixed_precision` |"))
-    assert "'no' \\| 'bf16'" in row and "bfloat16" in row
+    assert "'no' \\| 'bf16' \\| 'fp16'" in row and "bfloat16" in row and "GradScaler" in row
     assert not re.search(r":(?:func|class|mod|meth|data|attr):`|``", page)  # descriptions are Markdown
 
 

@@ -119,7 +119,7 @@ def _fp16_autocast_on_cpu() -> bool:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_bf16_autocast(method):
-    """bf16 (the reduced precision the trainer offers, ``mixed_precision: bf16``): everything finite, gradients
+    """bf16 (``mixed_precision: bf16``): everything finite, gradients
     included, at loss scale 1."""
     net = model()
     torch.manual_seed(1)
@@ -135,7 +135,8 @@ def test_fp16_autocast(method):
     losses (with the classification and similarity terms). PPCE and RRR* normalise by ``max|A|``, so their gradients
     grow like ``1 / max|A|`` and can exceed fp16's range (65504) inside the backward pass for the small explanations
     of an untrained network (here B-cos at the input, ``max|A|`` ≈ 1e-5): they are finite once the loss is scaled
-    down as dynamic loss scaling (``torch.amp.GradScaler``) does — here by 2⁻¹⁰. The trainer offers bf16 only."""
+    down as dynamic loss scaling (``torch.amp.GradScaler``, the trainer's ``mixed_precision: fp16``) does — here by
+    2⁻¹⁰."""
     net = model()
     torch.manual_seed(1)
     x = encoded(torch.rand(2, 3, SIZE, SIZE))
