@@ -91,8 +91,13 @@ def test_torch_batchnorm_statistics_and_gradients_are_the_same(tiny_cnn):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-12, atol=0, msg=name)
     for (name, b), c in zip(plain.named_buffers(), checkpointed.buffers()):
         torch.testing.assert_close(c, b, rtol=1e-12, atol=0, msg=name)
-    for copied in (copy.deepcopy(checkpointed), pickle.loads(pickle.dumps(checkpointed))):  # each its own stages
-        assert checkpointed_stages(copied) == ["stage1", "stage4"] and copied.stage1.forward.stage is copied.stage1
+
+
+def test_copies_and_pickles_of_a_model_keep_their_own_checkpointed_stages():
+    model = _model()
+    checkpoint_stages(model, ["mid1", "final"])
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert checkpointed_stages(copied) == ["layer1", "layer4"] and copied.layer1.forward.stage is copied.layer1
 
 
 def test_models_without_stages_to_checkpoint_are_refused():
