@@ -387,6 +387,7 @@ def torch_compile(settings: Settings) -> list[Row]:
     explain), compile time (the first compiled forward + backward), and the compiled B-cos step against its eager
     self. ``--quick``: the ``aot_eager`` backend (traces, generates no kernels)."""
     import torch._dynamo
+    import torch._inductor.config
     from torchvision.models import resnet18
 
     batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 64, 10, 2)
@@ -401,7 +402,8 @@ def torch_compile(settings: Settings) -> list[Row]:
         torch._dynamo.reset()
         compiled[name] = torch.compile(model, backend=backend)
         start = time.perf_counter()
-        step(plain_loss(compiled[name], inputs[name], labels))()
+        with torch._inductor.config.patch(force_disable_caches=True):  # cold: no kernels cached by an earlier run
+            step(plain_loss(compiled[name], inputs[name], labels))()
         compile_seconds[name] = time.perf_counter() - start
     times = alternate({"compiled": step(plain_loss(compiled["bcos"], x, labels)),
                        "eager": step(plain_loss(models["bcos"], x, labels)),
