@@ -92,6 +92,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import TorchDynamoPlugin, set_seed
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
@@ -288,6 +289,9 @@ class Trainer:
         self.config = config = task.config
         self.output_dir = Path(config.output_dir)
         self.trackers = run_trackers(config.log_with)  # a tracker not installed: refused before anything is written
+        if accelerator is None:  # accelerate's process-wide state keeps the first run's settings: this run's own
+            AcceleratorState._reset_state()  # precision, compile and accumulation (a sweep trains many in a process);
+            GradientState._reset_state()  # the processes' state (PartialState) stays
         self.accelerator = accelerator or Accelerator(
             cpu=use_cpu(config.cpu), mixed_precision=config.mixed_precision,
             gradient_accumulation_steps=config.optim.grad_accumulation,

@@ -7,16 +7,13 @@ import json
 
 import pytest
 import yaml
+import torch
 from safetensors import safe_open
+from safetensors.torch import load_file
 
-CONFIG = {"seed": 0, "cpu": True, "log_every": 1, "compile": "aot_eager",
-          "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 4}},
-          "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
-                   "annotated_fraction": 0.5, "options": {"n": 8, "size": 32}},
-          "optim": {"name": "adam", "lr": 1e-3, "epochs": 1},
-          "guidance": {"weight": 1.0},
-          "eval": {"num_images": 0},
-          "checkpoint": {"every_steps": 1}}
+from run_configs import tiny_guided_config
+
+CONFIG = tiny_guided_config(compile="aot_eager", **{"data.options": {"n": 8, "size": 32}, "checkpoint.every_steps": 1})
 
 
 @pytest.fixture
@@ -45,3 +42,15 @@ def test_a_compiled_guided_run_writes_artefacts_of_the_bare_model(tmp_path, righ
                  cwd=tmp_path)  # the checkpoint loads into the bare model
     scored = json.loads((tmp_path / "step2.json").read_text())
     assert scored["images"] == 8 and 0 <= scored["accuracy"] <= 1
+
+
+def test_runs_in_one_process_each_get_their_own_compile_and_precision(tmp_path, rightreasons):
+    """accelerate keeps one process-wide state, fixed by the first Accelerator: a sweep or a script that trains one
+    config after another in a process must still train each as configured — a plain run after a compiled bf16 one
+    equals the same plain run trained first, bit for bit, and is not refused for its other precision."""
+    plain = tiny_guided_config(**{"data.options": {"n": 8, "size": 32}, "optim.epochs": 1})
+    for name, config in (("first", plain), ("compiled", {**CONFIG, "mixed_precision": "bf16"}), ("again", plain)):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        rightreasons("guide", "--config", f"{name}.yaml", f"output_dir={name}", cwd=tmp_path)
+    first, again = (load_file(tmp_path / name / "model.safetensors") for name in ("first", "again"))
+    assert all(torch.equal(first[key], again[key]) for key in first)
