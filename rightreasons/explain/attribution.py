@@ -197,7 +197,7 @@ def _single_output(outputs: list[Tensor], layer: str) -> Tensor:
 
 
 def _target_gradient(model: nn.Module, logits: Tensor, target: Tensor, feature: Tensor, explaining: bool,
-                     create_graph: bool, grad_scale: float = 1.0) -> Tensor:
+                     create_graph: bool, grad_scale: float) -> Tensor:
     """``∂(Σ_n logits[n, target[n]]) / ∂feature`` in one backward, in explanation mode for the B-cos methods; a
     backward seeded with ``grad_scale`` (not 1) returns its gradient divided by it in float32 (or wider)."""
     selected = logits.gather(1, target[:, None]).sum()

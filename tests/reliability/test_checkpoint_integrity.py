@@ -24,24 +24,12 @@ from rightreasons.engine.checkpointing import MANIFEST, STATE_FILE, CheckpointMa
 from rightreasons.engine.trainer import EXIT_PREEMPTED
 from rightreasons.errors import CheckpointError, TrainingError
 from rightreasons.guidance import GuideConfig
+from run_configs import tiny_guided_config
 
 
 def _config(out: Path, **changes) -> dict:
-    config = {"output_dir": str(out), "seed": 0, "cpu": True, "log_every": 1,
-              "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 4}},
-              "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
-                       "annotated_fraction": 0.5, "options": {"n": 12, "size": 32}},
-              "optim": {"name": "adam", "lr": 1e-3, "epochs": 2},
-              "guidance": {"weight": 1.0},
-              "eval": {"num_images": 0},
-              "checkpoint": {"keep_last": 2, "every_steps": 2}}
-    for key, value in changes.items():
-        section, _, field = key.partition(".")
-        if field:
-            config[section][field] = value
-        else:
-            config[key] = value
-    return config
+    return tiny_guided_config(output_dir=str(out), **{"optim.epochs": 2, "checkpoint.keep_last": 2,
+                                                       "checkpoint.every_steps": 2, **changes})
 
 
 @pytest.fixture(scope="module")

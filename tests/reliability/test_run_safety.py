@@ -31,14 +31,8 @@ import yaml
 from safetensors.torch import load_file
 
 from rightreasons.engine.checkpointing import MANIFEST
-CONFIG = {"seed": 0, "cpu": True, "log_every": 1,
-          "model": {"name": "bcos_resnet18", "kwargs": {"inplanes": 8}},
-          "data": {"name": "synthetic-birds", "image_size": 32, "batch_size": 4, "eval_batch_size": 8,
-                   "annotated_fraction": 0.5, "options": {"n": 12, "size": 32}},
-          "optim": {"name": "adam", "lr": 1e-3, "epochs": 1},
-          "guidance": {"weight": 1.0},
-          "eval": {"num_images": 0},
-          "checkpoint": {"keep_last": 3, "every_steps": 1}}
+from run_configs import tiny_guided_config
+CONFIG = tiny_guided_config(**{"model.kwargs": {"inplanes": 8}, "checkpoint.keep_last": 3, "checkpoint.every_steps": 1})
 
 
 @pytest.fixture(scope="module")
