@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 #: import each other. Robustness sits above guidance: its study sets box guidance beside the group-robustness methods.
 LAYERS: dict[str, float] = {
     "errors": -1, "version": -1, "faults": -1, "console": -1, "choices": -1,
-    "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "plotting": 0.5,
+    "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "measure": 0, "plotting": 0.5,
     "bcos": 1,
     "models.registry": 1.5,
     "models": 2,

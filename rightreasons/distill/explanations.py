@@ -66,7 +66,7 @@ class TeacherOutputs:
 
 
 def teacher_outputs(teacher: nn.Module, images: Tensor, method: str = "none", layer: str = "final",
-                    at_layers: Sequence[str] = (), grad_scale: float = 1.0) -> TeacherOutputs:
+                    at_layers: Sequence[str] = (), grad_scale: float | Tensor = 1.0) -> TeacherOutputs:
     """Run the (frozen, eval-mode) teacher on ``images`` encoded for it: logits, the ``method`` explanation of its
     top-1 class at ``layer`` (the input for input-only methods; none for ``"none"``), and the outputs of
     ``at_layers``. No graph is kept. ``grad_scale``: the loss scale of a float16 step, which seeds the explanation's

@@ -99,7 +99,7 @@ class DistillObjective:
         return tuple(self.at_layers) if self.at_weight > 0 else ()
 
     def __call__(self, student: nn.Module, images: Tensor, teacher: TeacherOutputs,
-                 labels: Tensor | None = None, explain: bool = True, grad_scale: float = 1.0) -> DistillOutput:
+                 labels: Tensor | None = None, explain: bool = True, grad_scale: float | Tensor = 1.0) -> DistillOutput:
         """The objective of ``student`` on ``images [N, C, H, W]`` (its own encoding) given the teacher's outputs
         on the same images; ``labels [N, K]`` feed the ground-truth term. ``explain=False`` leaves the e²KD term out
         of this step (``distill.explanation_every``): a plain student forward, no teacher explanations needed.

@@ -128,13 +128,13 @@ class DistillationTask(ClassificationTask):
         return self.objective.needs_teacher_explanations and step.index % self.config.distill.explanation_every == 0
 
     def teacher_outputs_for(self, batch: dict[str, Any], explain: bool = True,
-                            grad_scale: float = 1.0) -> TeacherOutputs:
+                            grad_scale: float | Tensor = 1.0) -> TeacherOutputs:
         """The teacher's logits (and explanations when ``explain`` and the e²KD term is on, attention features) for
         a batch: cached or computed now (``grad_scale``: a float16 step's loss scale, :func:`teacher_outputs`)."""
         objective = self.objective
         explain = explain and objective.needs_teacher_explanations
         if self.cache is not None:
-            logits = self.cache.logits(batch["id"]).to(batch["image"].device)
+            logits = self.cache.logits(batch["id"]).to(batch["image"].device, non_blocking=True)
             return TeacherOutputs(logits, batch["explanation"] if explain else None)
         method = self.method if explain else "none"
         images = reencode(batch["image"], self.encoding, self.teacher_caps.encoding)

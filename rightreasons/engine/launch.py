@@ -5,6 +5,8 @@
   runs writing one output directory. Here such a launch runs on the CPU, its processes forming one gloo process group.
 * the run's output directory is locked by the main process before anything is written and held until the run ends
   (:class:`rightreasons.fileio.DirectoryLock`, the one lock of every directory a command writes).
+* :func:`any_process` — a flag that one process raised (a pre-emption signal) known to all, decided on the host over
+  a gloo group (:func:`host_group`), so that asking every step never waits for the device.
 * :func:`start_checks` — checks (writable output directory, the lock) that run on the main process only; every process
   of the launch (a training or the ``cache`` command) learns whether they passed and raises the same refusal, instead
   of waiting for a process that left.
@@ -16,12 +18,13 @@ import os
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 from accelerate import Accelerator, PartialState
 from accelerate.utils import reduce
 
 from ..errors import RightReasonsError, TrainingError
 
-__all__ = ["launched_processes", "start_checks", "use_cpu"]
+__all__ = ["any_process", "host_group", "launched_processes", "start_checks", "use_cpu"]
 
 
 def launched_processes() -> int:
@@ -56,3 +59,23 @@ def start_checks(state: Accelerator | PartialState, check: Callable[[], None]) -
         raise refusal
     if refused:
         raise TrainingError("the main process refused to start the run (its error says why)")
+
+
+def host_group(state: Accelerator | PartialState) -> dist.ProcessGroup | None:
+    """The process group for host-side flags of a multi-process launch: the default group where it is gloo (the CPU),
+    a gloo group of all processes otherwise (NCCL reduces device tensors only); ``None`` on one process. Every
+    process must call it, at the same point."""
+    if state.num_processes == 1:
+        return None
+    return None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+
+def any_process(flag: bool, group: dist.ProcessGroup | None) -> bool:
+    """Whether ``flag`` is set on any process of the launch (every process calls it; one process: ``flag``). A
+    reduction of a host tensor over ``group`` (:func:`host_group`): it waits for the other processes, never for a
+    device."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    value = torch.tensor([float(flag)])
+    dist.all_reduce(value, dist.ReduceOp.MAX, group=group)
+    return bool(value[0])

@@ -13,6 +13,7 @@ from typing import Iterable, Literal
 import torch
 from timm.utils.agc import adaptive_clip_grad
 from torch import nn
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices as _fused_kernels_supported_devices
 from torch.optim import SGD, Adam, AdamW, Optimizer
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 
@@ -27,14 +28,18 @@ ScheduleName = Literal[SCHEDULES]  # type: ignore[valid-type]
 
 def build_optimizer(params: Iterable[nn.Parameter], name: str, lr: float, weight_decay: float = 0.0,
                     momentum: float = 0.9) -> Optimizer:
-    """``adam`` | ``adamw`` | ``sgd`` over the parameters that require gradients."""
+    """``adam`` | ``adamw`` | ``sgd`` over the parameters that require gradients: torch's fused implementation (one
+    kernel per step on a GPU, and it skips an update on the device when told to, ``found_inf``) wherever the
+    parameters' device has it, the default one elsewhere (e.g. ``meta``)."""
     params = [p for p in params if p.requires_grad]
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; valid: {sorted(OPTIMIZERS)}")
     if not lr > 0:
         raise ValueError(f"learning rate must be > 0, got {lr}")
     extra = {"momentum": momentum} if name == "sgd" else {}
-    return OPTIMIZERS[name](params, lr=lr, weight_decay=weight_decay, **extra)
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in _fused_kernels_supported_devices()
+                                 for p in params)
+    return OPTIMIZERS[name](params, lr=lr, weight_decay=weight_decay, fused=fused or None, **extra)
 
 
 def build_scheduler(optimizer: Optimizer, name: str, total_steps: int,

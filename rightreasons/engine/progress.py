@@ -1,8 +1,8 @@
 """What a person sees while a run trains: a progress bar on a terminal, log lines elsewhere.
 
 On a terminal (stderr is one) the bar moves at every optimiser step and shows, beside tqdm's elapsed time, ETA and
-steps/s, the step's loss, the learning rate and images/s; the command line's status messages meanwhile (a
-validation's line, a warning) are printed above the bar instead of through it. Without a terminal (a log file, a
+steps/s, the loss of the newest logged step, the learning rate and images/s; the command line's status messages
+meanwhile (a validation's line, a warning) are printed above the bar instead of through it. Without a terminal (a log file, a
 batch job's output) each logged step — the steps whose losses ``metrics.jsonl`` records — is one line of this
 module's logger::
 
@@ -44,6 +44,7 @@ class Progress:
         self.lines = lines and self.bar.disable
         self.total_steps, self.epochs, self.images_per_step = total_steps, epochs, images_per_step
         self.start = self.last = (time.monotonic(), step)
+        self.loss: float | None = None
         self._stack = ExitStack()
 
     def __enter__(self) -> Progress:
@@ -56,17 +57,18 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def step(self, step: int, loss: float, lr: float) -> None:
-        """Optimiser step ``step`` is done: the bar moves and shows its ``loss``, the learning rate ``lr`` and
-        images/s."""
+    def step(self, step: int, lr: float) -> None:
+        """Optimiser step ``step`` is done: the bar moves and shows the loss of the newest logged step (reading every
+        step's loss would make the host wait for the device), the learning rate ``lr`` and images/s."""
         if not self.bar.disable:
-            self.bar.set_postfix_str(f"loss={loss:.4g}, lr={lr:.4g}, {self._images_per_second(step):.1f} img/s",
-                                     refresh=False)
+            loss = "" if self.loss is None else f"loss={self.loss:.4g}, "
+            self.bar.set_postfix_str(f"{loss}lr={lr:.4g}, {self._images_per_second(step):.1f} img/s", refresh=False)
         self.bar.update(1)
 
     def logged(self, record: dict[str, Any]) -> None:
-        """The training record of a logged step (``step``, ``epoch``, ``lr`` and the loss terms) as one line, where
-        no bar shows."""
+        """The training record of a logged step (``step``, ``epoch``, ``lr`` and the loss terms): its loss for the
+        bar, and one line where no bar shows."""
+        self.loss = record.get("loss", self.loss)
         if not self.lines:
             return
         step = record["step"]

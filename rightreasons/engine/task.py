@@ -39,8 +39,8 @@ class Step:
         sum_across_processes: ``tensor -> its sum over all processes`` (identity on one process).
         index: the optimiser steps done before this batch (0-based; the micro-batches of one accumulated step share
             it), e.g. for a loss term computed only every K steps.
-        loss_scale: the dynamic loss scale of ``mixed_precision: fp16`` (1 otherwise): the total is back-propagated
-            times this scale, and a gradient the task takes inside its loss (an explanation's, with
+        loss_scale: the dynamic loss scale of ``mixed_precision: fp16`` (1 otherwise; a 0-d tensor on the device, so
+            that nobody waits for its value): the total is back-propagated times this scale, and a gradient the task takes inside its loss (an explanation's, with
             ``create_graph=True``) is seeded with it as well (``grad_scale`` of
             :func:`rightreasons.explain.attribute`), so that neither underflows in float16.
     """
@@ -49,7 +49,7 @@ class Step:
     world_size: int
     sum_across_processes: Callable[[Tensor], Tensor]
     index: int = 0
-    loss_scale: float = 1.0
+    loss_scale: float | Tensor = 1.0
 
 
 class Hook:

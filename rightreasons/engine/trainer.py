@@ -42,13 +42,15 @@ before it.
 
 What a run never does (the README's *Reliability*; each rule kept in one place):
 
-* **write or keep non-finite weights** — a step whose loss or gradients are not finite is skipped and counted (the
-  count is part of the checkpoint, so it survives ``--resume``); the weights are checked after every optimiser step,
-  so no checkpoint ever holds non-finite weights and none is pruned for a diverged step. Divergence — ``MAX_BAD_STEPS``
-  skipped steps in a row, non-finite weights or non-finite validation metrics — stops the run with one
-  :class:`~rightreasons.errors.DivergenceError` naming the step and what was non-finite (:meth:`Trainer.train_step`,
-  :meth:`Trainer._after_epoch`); with ``mixed_precision: fp16`` a step whose gradients overflow is the loss scaler's:
-  it skips the step and halves the scale, and such a step counts only below :data:`MIN_LOSS_SCALE`;
+* **write or keep non-finite weights** — a step whose loss or gradients are not finite on any process is skipped
+  on every process and counted (the count is part of the checkpoint, so it survives ``--resume``); the weights are
+  checked after every optimiser step, so no checkpoint ever holds non-finite weights and none is pruned for a diverged
+  step. Divergence — ``MAX_BAD_STEPS`` skipped steps in a row, non-finite weights or non-finite validation metrics —
+  stops the run with one :class:`~rightreasons.errors.DivergenceError` naming the step and what was non-finite;
+  with ``mixed_precision: fp16`` a step whose gradients overflow is the loss scaler's: it skips the step and halves
+  the scale, and such a step counts only below :data:`MIN_LOSS_SCALE`. All of it is decided on the device and read on
+  the host only at logged steps and before checkpoints (:mod:`rightreasons.engine.step_guard`): a step that does not
+  log waits for nothing. A skipped step is still a step of the schedule (as with torch's ``GradScaler``);
 * **overwrite a finished run** — an output directory holding ``summary.json`` or ``model.safetensors`` is refused
   unless ``overwrite`` (``--overwrite``) asks for it; ``--resume`` of a finished run of the same config does nothing
   (:func:`train`); ``--resume`` with a longer schedule extends it (below), and its ``model.safetensors`` and
@@ -93,7 +95,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.state import AcceleratorState, GradientState
-from accelerate.utils import TorchDynamoPlugin, set_seed
+from accelerate.utils import TorchDynamoPlugin, send_to_device, set_seed
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
@@ -109,9 +111,10 @@ from ..metrics.evaluation import evaluate, format_results
 from .checkpointing import CheckpointManager
 from .config import OptimConfig, TrainConfig
 from .data import SeededTransform, mix_seed
-from .launch import start_checks, use_cpu
+from .launch import any_process, host_group, start_checks, use_cpu
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .progress import Progress
+from .step_guard import MAX_BAD_STEPS, MIN_LOSS_SCALE, StepGuard, StepOutcome
 from .provenance import provenance
 from .task import Step, Task, task_for_config
 from .trackers import accelerate_trackers, log_images, run_trackers, start_trackers
@@ -121,12 +124,6 @@ __all__ = ["EXIT_PREEMPTED", "Preempted", "RESUMABLE_KEYS", "SCHEDULE_KEYS", "Tr
 
 logger = logging.getLogger(__name__)
 
-MAX_BAD_STEPS = 3
-"""Skipped steps (non-finite loss or gradients) in a row after which a run has diverged."""
-MIN_LOSS_SCALE = 1.0
-"""With ``mixed_precision: fp16``, a step skipped at a loss scale at least this large is an overflow that the dynamic
-loss scale cures (it halves the scale) and does not count towards :data:`MAX_BAD_STEPS`; below it (float16 cannot
-hold the unscaled gradients either) it counts as a bad step like any other."""
 SUMMARY, MODEL_FILE = "summary.json", "model.safetensors"
 RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front", "log_with")
 """Config keys a resume may change: where the run is, how many checkpoints it keeps and which trackers it logs to
@@ -244,6 +241,13 @@ def finished_summary(output_dir: str | Path, config: TrainConfig, extend: bool =
     return None if extend and config_differences(recorded, config) else summary
 
 
+def _loss_scale(scaler: torch.amp.GradScaler) -> float | Tensor:
+    """The scaler's scale without a host sync: its tensor on the device, or its initial value before its first step
+    (it creates the tensor then)."""
+    scale = scaler._get_scale_async()
+    return scaler.get_scale() if scale is None else scale
+
+
 def _check_device_options(config: TrainConfig, accelerator: Accelerator) -> None:
     """Refuse what the device would not do as the config says: ``mixed_precision: fp16`` where accelerate set up no
     loss scaler (on the CPU it silently trains in float32: no float16 autocast, no ``GradScaler``), and
@@ -329,7 +333,8 @@ class Trainer:
         data, optim = config.data, config.optim
         self.sampler = task.train_sampler(self.train_set)
         loader = DataLoader(self.train_set, batch_size=data.batch_size, sampler=self.sampler, collate_fn=collate,
-                            num_workers=data.num_workers, drop_last=True)
+                            num_workers=data.num_workers, drop_last=True,
+                            pin_memory=self.accelerator.device.type == "cuda")
         if len(loader) == 0:
             raise TrainingError(f"data.batch_size={data.batch_size} is larger than the training set "
                                 f"({count(len(self.train_set), 'image')})")
@@ -340,8 +345,9 @@ class Trainer:
         if self.accelerator.is_main_process:
             require_checkpoint_space(self.output_dir, config, model, self.total_steps / self.steps_per_epoch)
         self.agc = task.default_agc(model) if optim.agc == "auto" else optim.agc
+        placement = self.accelerator.device_placement  # the batches move in train_step, keeping the host's
         self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
-            model, optimizer, loader, scheduler)
+            model, optimizer, loader, scheduler, device_placement=[placement, placement, False, placement])
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", self.accelerator,
                                              config.checkpoint.keep_last)
         task.setup(self)
@@ -350,7 +356,17 @@ class Trainer:
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.position = _Position()
-        self.bad_steps = 0
+        self.guard = self._guard(0)
+        self.host_group = host_group(self.accelerator)
+
+    def _guard(self, bad_steps: int) -> StepGuard:
+        """The skip and divergence state of the run (:mod:`~rightreasons.engine.step_guard`)."""
+        return StepGuard(self.accelerator.device, self._min_across_processes, bad_steps, self.accelerator.scaler)
+
+    @property
+    def bad_steps(self) -> int:
+        """Skipped steps in a row at the last read of the steps (:meth:`read_steps`)."""
+        return self.guard.bad_steps
 
     def _total_steps(self, epochs: int, max_steps: int | None) -> int:
         """Optimiser steps of a run of ``epochs`` epochs cut at ``max_steps`` (null: not cut) on this data."""
@@ -405,7 +421,7 @@ class Trainer:
         logged = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
         return {"epoch": self.position.epoch, "batch": self.position.batch, "step": self.position.step,
                 "pareto": self.pareto.state_dict(), "best": self.best, "history": self.history,
-                "metrics_bytes": logged, "bad_steps": self.bad_steps, "data": self.data_identity,
+                "metrics_bytes": logged, "bad_steps": self.guard.bad_steps, "data": self.data_identity,
                 "config": to_dict(self.config), "provenance": provenance()}
 
     # ------------------------------------------------------------------ resume
@@ -437,7 +453,7 @@ class Trainer:
         new_schedule = self._schedule_change(saved)
         state = self.checkpoints.load(path)
         self.position = _Position(state["epoch"], state["batch"], state["step"])
-        self.bad_steps = state.get("bad_steps", 0)
+        self.guard = self._guard(state.get("bad_steps", 0))
         self.pareto.load_state_dict(state["pareto"])
         self.best, self.history = state["best"], state["history"]
         self.truncate_log(state.get("metrics_bytes", 0))
@@ -514,86 +530,120 @@ class Trainer:
         scaler = self.accelerator.scaler
         return Step(generator=torch.Generator().manual_seed(seed), world_size=self.accelerator.num_processes,
                     sum_across_processes=lambda t: self.accelerator.reduce(t, "sum"), index=self.position.step,
-                    loss_scale=1.0 if scaler is None else scaler.get_scale())
+                    loss_scale=1.0 if scaler is None else _loss_scale(scaler))
 
-    def _finite_everywhere(self, tensors: Iterable[Tensor]) -> bool:
-        """Whether every tensor is finite on every process (one reduction, so all processes agree)."""
-        flags = [torch.isfinite(t).all() for t in tensors]
-        flag = torch.stack(flags).all().float() if flags else torch.ones((), device=self.accelerator.device)
-        return bool(self.accelerator.reduce(flag.to(self.accelerator.device), "min").item())
+    def _min_across_processes(self, t: Tensor) -> Tensor:
+        """The elementwise minimum of ``t`` over all processes (a collective on the device: no host sync)."""
+        if self.accelerator.num_processes == 1:
+            return t
+        t = t.clone()
+        torch.distributed.all_reduce(t, torch.distributed.ReduceOp.MIN)
+        return t
 
-    def _diverged(self, what: str, step: int | None = None) -> DivergenceError:
-        """The one error of a diverged run: the step (default: the one being taken), what was non-finite, the
+    def _diverged(self, what: str, step: int | None = None, epoch: int | None = None) -> DivergenceError:
+        """The one error of a diverged run: the step and its epoch (default: the newest), what was non-finite, the
         checkpoint that is kept and what to do (a resume would diverge the same way)."""
         newest = self.checkpoints.latest()
         kept = f"the newest checkpoint, {newest.name}, holds finite weights and is kept" if newest else \
             "no checkpoint was written yet"
-        epoch = self.position.epoch + 1 if step is None else self.position.epoch_number
-        step = self.position.step + 1 if step is None else step
+        step = self.position.step if step is None else step
+        epoch = self.position.epoch_number if epoch is None else epoch
         return DivergenceError(
             f"training diverged at step {step} (epoch {epoch}): {what}. Nothing non-finite was saved: "
             f"{kept}. A resume would diverge the same way: lower optim.lr or the loss weights (or check the data for "
             "corrupt images) and start again with --overwrite or in another output_dir")
 
-    def _skip(self, batch: dict[str, Any], what: str, terms: dict[str, Tensor]) -> None:
-        """Skip a step with a non-finite ``what`` (loss or gradients): warn, count it, and stop the run after
-        :data:`MAX_BAD_STEPS` in a row. With fp16's loss scaler the scaler skips it (its ``step`` finds the gradients
-        non-finite) and halves its scale; such an overflow is counted only below :data:`MIN_LOSS_SCALE`."""
-        scaler = self.accelerator.scaler
-        if scaler is not None:
-            scale = scaler.get_scale()
-            self.optimizer.step()  # the scaler's step: skipped, and the scale lowered
-            if scale >= MIN_LOSS_SCALE:
-                self.optimizer.zero_grad()
-                logger.info("fp16: non-finite %s at loss scale %g: step skipped, scale lowered to %g", what, scale,
-                            scaler.get_scale())
-                return None
-        self.bad_steps += 1
-        self.optimizer.zero_grad()
-        warnings.warn(f"non-finite {what} at epoch {self.position.epoch + 1}, batch {self.position.batch + 1} "
-                      f"(ids {batch['id'][:8]}): step skipped")
-        if self.bad_steps >= MAX_BAD_STEPS:
-            values = ", ".join(f"{k}={v.item():.4g}" for k, v in terms.items())
-            raise self._diverged(f"{MAX_BAD_STEPS} steps in a row had a non-finite {what} (last loss terms: {values})")
-
-    def _check_weights(self) -> None:
-        """Stop the run (:meth:`_diverged`) when the optimiser step made any weight or buffer non-finite."""
-        state = {k: t for k, t in self.bare_model.state_dict().items() if t.is_floating_point()}
-        if not self._finite_everywhere(state.values()):
-            bad = [k for k, t in state.items() if not torch.isfinite(t).all()]
-            raise self._diverged(f"the optimiser step made {len(bad)} weight tensors non-finite "
-                                 f"({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''})")
-
-    def train_step(self, batch: dict[str, Any]) -> dict[str, float] | None:
-        """One optimisation step on ``batch`` (losses, backward, clipping, optimiser and schedule); returns the
-        loss terms, or None when a non-finite loss or gradient made it skip the step (checked before the
-        optimiser step, on all processes together)."""
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """A loader batch on the device (asynchronously: the loader pins its memory on CUDA), with the loader's own
+        batch under ``"host"`` for decisions the task makes on the host without reading the device."""
+        moved = send_to_device(batch, self.accelerator.device, non_blocking=True)
         if self.config.channels_last:
-            batch = {**batch, "image": batch["image"].contiguous(memory_format=torch.channels_last)}
+            moved["image"] = moved["image"].contiguous(memory_format=torch.channels_last)
+        return {**moved, "host": batch}
+
+    def _optimizer_step(self, skip: Tensor) -> None:
+        """The optimiser's update, skipped on the device where ``skip`` (0-d, 1.0 = skip) says so: fused optimisers
+        take it as ``found_inf`` (fp16: the scaler passes its own, which a stopped run has poisoned); any other
+        optimiser needs its value on the host."""
+        inner = self.optimizer.optimizer
+        if self.accelerator.scaler is not None:
+            self.optimizer.step()
+        elif inner.defaults.get("fused"):
+            inner.found_inf = skip
+            try:
+                self.optimizer.step()
+            finally:
+                del inner.found_inf
+        elif not skip.item():
+            self.optimizer.step()
+
+    def train_step(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """One optimisation step on ``batch`` (as the loader gives it; moved to the device here): losses, backward,
+        clipping, optimiser and schedule. Returns the loss terms (``loss``: the total) as tensors on the device, to be
+        read when the step logs (:meth:`read_steps`), so that a step waits for nothing. A non-finite loss or gradient
+        skips the update on every process; the skip and divergence rules are decided on the device
+        (:mod:`~rightreasons.engine.step_guard`) and enforced when :meth:`read_steps` reads them."""
+        position = self.position
+        device_batch = self._to_device(batch)
         with self.accelerator.accumulate(self.model):
             with self.accelerator.autocast():
-                terms, loss = self.task.losses(self.model, batch, self._step())
-            finite = self._finite_everywhere([loss])
-            if not finite and self.accelerator.scaler is None:
-                return self._skip(batch, "loss", terms)
-            self.accelerator.backward(loss)  # fp16: a non-finite loss too, so that the scaler sees its overflow
+                terms, loss = self.task.losses(self.model, device_batch, self._step())
+            self.guard.add_loss(loss)
+            self.accelerator.backward(loss)  # a non-finite loss too: its step is skipped on the device
             if self.accelerator.sync_gradients:
-                self.accelerator.unscale_gradients()  # fp16: clipping and the checks see the true gradients
                 grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-                if not self._finite_everywhere(grads):
-                    return self._skip(batch, "gradient" if finite else "loss", terms)
+                self.guard.hold_if_stopped(grads)
+                self.accelerator.unscale_gradients()  # fp16: clipping and the checks see the true gradients
+                skip = self.guard.decide(grads)
                 clip_gradients(self.model.parameters(), self.agc, self.config.optim.max_grad_norm)
-            elif not finite:
-                return None  # fp16 within an accumulated step: its gradients skip the step at its end
-            self.bad_steps = 0
-            self.optimizer.step()
+                scaler = self.accelerator.scaler
+                scale = None if scaler is None else scaler._get_scale_async().clone()
+                self._optimizer_step(skip)
+            else:
+                self.optimizer.step()  # within an accumulated step: nothing (accelerate)
             self.scheduler.step()
             self.optimizer.zero_grad()
-            if self.accelerator.sync_gradients:
-                self._check_weights()
-        return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}}
+        stats = {"loss": loss.detach(), **{k: v.detach() for k, v in terms.items()}}
+        if self.accelerator.sync_gradients:
+            weights = [*self.bare_model.parameters(), *(b for b in self.bare_model.buffers() if b.is_floating_point())]
+            self.guard.settle(weights, position.step + 1, position.epoch + 1, position.batch + 1, batch["id"], stats,
+                              scale)
+            if self.guard.pending >= StepGuard.MAX_PENDING:
+                self.read_steps()
+        return stats
+
+    def read_steps(self) -> dict[str, float]:
+        """Read the steps taken since the last read from the device (one transfer) and enforce the rules on them:
+        warn about each skipped step, stop a diverged run (:meth:`_diverged`, naming the step where it diverged).
+        Returns the loss terms of the newest step (empty when there was none)."""
+        outcomes = self.guard.read()
+        for outcome in outcomes:
+            self._enforce(outcome)
+        return outcomes[-1].terms if outcomes else {}
+
+    def _enforce(self, outcome: StepOutcome) -> None:
+        """Warn about a skipped step and raise the divergence it ends in."""
+        what = "loss" if not outcome.loss_finite else "gradient"
+        if outcome.skipped and not outcome.counted:
+            scaler = self.accelerator.scaler
+            logger.info("fp16: non-finite %s at loss scale %g: step skipped, scale lowered to %g", what,
+                        outcome.loss_scale, outcome.loss_scale * scaler.get_backoff_factor())
+        elif outcome.skipped:
+            warnings.warn(f"non-finite {what} at epoch {outcome.epoch}, batch {outcome.batch} (ids "
+                          f"{outcome.ids[:8]}): step skipped")
+            if outcome.bad_steps >= MAX_BAD_STEPS:
+                values = ", ".join(f"{k}={v:.4g}" for k, v in outcome.terms.items() if k != "loss")
+                raise self._diverged(f"{MAX_BAD_STEPS} steps in a row had a non-finite {what} (last loss terms: "
+                                     f"{values})", outcome.step, outcome.epoch)
+        if not outcome.weights_finite:
+            state = {k: t for k, t in self.bare_model.state_dict().items() if t.is_floating_point()}
+            bad = [k for k, t in state.items() if not torch.isfinite(t).all()]
+            raise self._diverged(f"the optimiser step made {len(bad)} weight tensors non-finite "
+                                 f"({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''})", outcome.step,
+                                 outcome.epoch)
 
     def _save(self) -> Path:
+        self.read_steps()  # a diverged run stops before it could checkpoint
         front = sorted(self.pareto.front, key=lambda p: -p["score"])[:self.config.checkpoint.keep_front]
         keep = {self.checkpoints.name_for(int(p["id"])) for p in front}
         if self.best:
@@ -645,9 +695,9 @@ class Trainer:
         return self.position.epoch >= self.config.optim.epochs or self.position.step >= self.total_steps
 
     def _preemption_requested(self, received: list[str]) -> bool:
-        """Whether any process received a pre-emption signal (all processes agree, so all stop together)."""
-        flag = torch.tensor(float(bool(received)), device=self.accelerator.device)
-        return bool(self.accelerator.reduce(flag, "max").item())
+        """Whether any process received a pre-emption signal (all processes agree, so all stop together); decided
+        on the host (:func:`~rightreasons.engine.launch.any_process`), so it never waits for the device."""
+        return any_process(bool(received), self.host_group)
 
     def fit(self) -> dict[str, Any]:
         """Train to the end (or ``max_steps``), validating every ``eval.every_epochs`` epochs and at the end; returns
@@ -684,14 +734,15 @@ class Trainer:
             for batch in self._batches(loader):
                 stats = self.train_step(batch)
                 self.position.batch += 1
-                if self.accelerator.sync_gradients and stats is not None:
+                if self.accelerator.sync_gradients:
                     self.position.step += 1
                     self._at_step(self.position.step)
                     lr = self.scheduler.get_last_lr()[0]
-                    progress.step(self.position.step, stats["loss"], lr)
+                    progress.step(self.position.step, lr)
                     if self._logs_step():
+                        terms = self.read_steps()  # the step's one host sync
                         record = {"split": "train", "step": self.position.step,
-                                  "epoch": self.position.epoch_number, "lr": lr, **stats}
+                                  "epoch": self.position.epoch_number, "lr": lr, **terms}
                         self.log(record)
                         progress.logged(record)
                 if self.position.step >= self.total_steps or self.position.batch == len(self.loader):

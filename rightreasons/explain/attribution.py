@@ -89,11 +89,14 @@ class Attribution:
 
 
 def resolve_target(target: int | Tensor | None, logits: Tensor) -> Tensor:
-    """Per-sample target classes ``[N]``: the argmax when ``None``, an int broadcast, or a tensor checked for shape
-    and range."""
+    """Per-sample target classes ``[N]``: the argmax when ``None``, an int broadcast (checked for range), or a tensor
+    checked for dtype and shape. A tensor's range is checked where the classes are gathered (:func:`gather_targets`):
+    reading its values here would make the host wait for the device."""
     n, k = logits.shape
     if target is None:
         return logits.detach().argmax(1)
+    if isinstance(target, int) and not 0 <= target < k:
+        raise UsageError(_out_of_range(k, logits.shape, [target]))
     t = torch.as_tensor(target, device=logits.device)
     if t.is_floating_point() or t.is_complex():
         raise TypeError(f"target must hold integer class indices, got dtype {t.dtype}")
@@ -102,10 +105,22 @@ def resolve_target(target: int | Tensor | None, logits: Tensor) -> Tensor:
         t = t.expand(n)
     if t.shape != (n,):
         raise UsageError(f"target must be an int or a tensor of shape [N] = [{n}], got shape {tuple(t.shape)}")
-    if ((t < 0) | (t >= k)).any():
-        raise UsageError(f"target classes must lie in [0, {k - 1}] for logits of shape [{n}, {k}], "
-                         f"got values {t.tolist()}")
     return t
+
+
+def _out_of_range(k: int, shape: torch.Size, values: list[int]) -> str:
+    return f"target classes must lie in [0, {k - 1}] for logits of shape {list(shape)}, got values {values}"
+
+
+def gather_targets(logits: Tensor, target: Tensor) -> Tensor:
+    """``logits[n, target[n]]`` ``[N]``. A class out of range is a :class:`~rightreasons.errors.UsageError` naming
+    the classes on the CPU; on a GPU, the gather's device-side assert (as torch's own losses check their targets)."""
+    try:
+        return logits.gather(1, target[:, None])[:, 0]
+    except RuntimeError as e:
+        if "out of bounds" not in str(e):
+            raise
+        raise UsageError(_out_of_range(logits.shape[1], logits.shape, target.tolist())) from None
 
 
 def _check(model: nn.Module, method: Method, layer: str, steps: int) -> bool:
@@ -128,7 +143,8 @@ def _check(model: nn.Module, method: Method, layer: str, steps: int) -> bool:
 
 
 def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: str = "bcos", layer: str = "input",
-              *, create_graph: bool = False, steps: int = INTGRAD_STEPS, grad_scale: float = 1.0) -> Attribution:
+              *, create_graph: bool = False, steps: int = INTGRAD_STEPS,
+              grad_scale: float | Tensor = 1.0) -> Attribution:
     """Explain ``model``'s logits for ``target`` on ``x [N, C, H, W]`` at ``layer`` with ``method``.
 
     Args:
@@ -141,9 +157,10 @@ def attribute(model: nn.Module, x: Tensor, target: int | Tensor | None, method: 
         create_graph: keep logits and maps differentiable (for guidance and e²KD losses); otherwise all is detached.
         steps: Riemann steps of ``intgrad`` on models that are not X-DNNs (ignored otherwise).
         grad_scale: the seed of the explanation's backward, divided out in float32 (the loss scale of a float16
-            step; module docstring); 1 leaves the computation as it is.
+            step; module docstring); 1 leaves the computation as it is. A 0-d tensor (a loss scaler's scale on the
+            device) is taken as it is: checking its value would wait for the device.
     """
-    if not (math.isfinite(grad_scale) and grad_scale > 0):
+    if not isinstance(grad_scale, Tensor) and not (math.isfinite(grad_scale) and grad_scale > 0):
         raise UsageError(f"grad_scale must be a finite number > 0, got {grad_scale!r}")
     spec = get_method(method)
     riemann = _check(model, spec, layer, steps)
@@ -197,15 +214,16 @@ def _single_output(outputs: list[Tensor], layer: str) -> Tensor:
 
 
 def _target_gradient(model: nn.Module, logits: Tensor, target: Tensor, feature: Tensor, explaining: bool,
-                     create_graph: bool, grad_scale: float) -> Tensor:
+                     create_graph: bool, grad_scale: float | Tensor) -> Tensor:
     """``∂(Σ_n logits[n, target[n]]) / ∂feature`` in one backward, in explanation mode for the B-cos methods; a
     backward seeded with ``grad_scale`` (not 1) returns its gradient divided by it in float32 (or wider)."""
-    selected = logits.gather(1, target[:, None]).sum()
-    if grad_scale != 1.0:
+    selected = gather_targets(logits, target).sum()
+    scaled = isinstance(grad_scale, Tensor) or grad_scale != 1.0
+    if scaled:
         selected = selected.to(_at_least_float32(selected.dtype)) * grad_scale
     with explanation_mode(model) if explaining else nullcontext():
         (grad,) = torch.autograd.grad(selected, feature, create_graph=create_graph)
-    return grad if grad_scale == 1.0 else grad.to(_at_least_float32(grad.dtype)) / grad_scale
+    return grad.to(_at_least_float32(grad.dtype)) / grad_scale if scaled else grad
 
 
 def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
@@ -213,7 +231,7 @@ def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
 
 
 def _riemann_mean_gradient(model: nn.Module, x: Tensor, module: nn.Module | None, feature: Tensor, target: Tensor,
-                           grad_at_one: Tensor, steps: int, create_graph: bool, grad_scale: float) -> Tensor:
+                           grad_at_one: Tensor, steps: int, create_graph: bool, grad_scale: float | Tensor) -> Tensor:
     """Mean of the gradients at ``k/steps · feature``, ``k = 1..steps`` (``k = steps`` is the forward already run).
 
     At a layer, the model runs on ``x`` with the layer's output replaced by the scaled feature."""

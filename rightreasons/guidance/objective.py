@@ -131,8 +131,13 @@ class GuidanceObjective:
 
     def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
                  box_labels: Sequence[Tensor], has_boxes: Tensor, generator: torch.Generator | None = None, *,
-                 create_graph: bool = True, grad_scale: float = 1.0) -> GuidanceOutput:
+                 create_graph: bool = True, grad_scale: float | Tensor = 1.0) -> GuidanceOutput:
         """Run the step's forward pass and the localisation loss.
+
+        ``labels``, ``boxes``, ``box_labels`` and ``has_boxes`` decide which class of which image is explained, and
+        where: that is decided on the host, so pass them as the loader gives them, on the CPU (the trainer passes the
+        batch's host copy), and the step never waits for the device; tensors on a device are copied to the host
+        first, a host sync each. The outputs are on the images' device.
 
         Args:
             model: the classifier being trained.
@@ -146,22 +151,25 @@ class GuidanceObjective:
             grad_scale: the loss scale of a float16 step, which seeds the explanation's backward
                 (:func:`~rightreasons.explain.attribute`).
         """
-        n = images.shape[0]
+        n, device = images.shape[0], images.device
+        labels, has_boxes = labels.detach().cpu(), has_boxes.cpu()  # no-ops for the loader's batch (module docstring)
         if images.dim() != 4 or labels.shape[0] != n or has_boxes.shape != (n,) or has_boxes.dtype != torch.bool:
             raise ValueError(f"expected images [N, C, H, W], labels [N, K] and has_boxes [N] bool with one N, got "
                              f"{tuple(images.shape)}, {tuple(labels.shape)}, {has_boxes.dtype} "
                              f"{tuple(has_boxes.shape)}")
-        has_boxes = has_boxes.to(images.device)
-        unlabelled = has_boxes & ~(labels > 0.5).any(1).to(images.device)
+        unlabelled = has_boxes & ~(labels > 0.5).any(1)
         if unlabelled.any():
             raise DataError(f"images {unlabelled.nonzero()[:, 0].tolist()} of the batch have boxes but no positive "
                             "label")
-        classes = sample_classes(labels, generator).to(images.device)
+        classes = sample_classes(labels, generator)
         size = tuple(images.shape[-2:])
         masks = self.masks(boxes, box_labels, classes, has_boxes, size)
         annotated = has_boxes & masks.flatten(1).any(1)
         annotated_only = self.explains_annotated_only(model, annotated)
-        if not annotated.any() and (annotated_only or not synchronised_batch_norms(unwrap_model(model))):
+        none = not annotated.any()
+        index = annotated.nonzero()[:, 0].to(device, non_blocking=True)
+        classes, masks, annotated = (t.to(device, non_blocking=True) for t in (classes, masks, annotated))
+        if none and (annotated_only or not synchronised_batch_norms(unwrap_model(model))):
             logits = model(images)
             return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,
                                   classes=classes, masks=masks, annotated=annotated, attributions=None,
@@ -172,7 +180,6 @@ class GuidanceObjective:
             loss = self.loss_fn(result.maps, masks, self.reduction, annotated)
             return GuidanceOutput(loss=loss, logits=result.logits, classes=classes, masks=masks, annotated=annotated,
                                   attributions=result.maps, explained=torch.ones_like(annotated))
-        index = annotated.nonzero()[:, 0]
         inner = unwrap_model(model)
         with shared_batch_statistics(inner):
             logits = model(images)  # the whole batch: classification logits; its batch statistics are recorded
@@ -185,7 +192,8 @@ class GuidanceObjective:
                               attributions=maps, explained=annotated)
 
     def explains_annotated_only(self, model: nn.Module, annotated: Tensor) -> bool:
-        """Whether a step explains only the ``annotated [N]`` images of its batch (exactly; module docstring)."""
+        """Whether a step explains only the ``annotated [N]`` images (a bool tensor on the host) of its batch
+        (exactly; module docstring)."""
         inner = unwrap_model(model)
         if self.explain != "annotated" or (bool(annotated.all()) and not synchronised_batch_norms(inner)):
             return False
@@ -197,13 +205,15 @@ class GuidanceObjective:
 
     def masks(self, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], classes: Tensor, has_boxes: Tensor,
               size: tuple[int, int]) -> Tensor:
-        """``[N, H, W]`` bool: per image the union of its (dilated) boxes of ``classes[n]``, empty without boxes.
+        """``[N, H, W]`` bool on the host: per image the union of its (dilated) boxes of ``classes[n]``, empty
+        without boxes.
 
         Boxes are XYXY in pixels of the ``size = (H, W)`` images (see :mod:`rightreasons.boxes` for the pixel rule
         and the dilation convention of the Model-Guidance release)."""
         keep = has_boxes.tolist()
-        used = [b if k else b[:0] for b, k in zip(boxes, keep)]
-        labels = [torch.as_tensor(lab) if k else torch.as_tensor(lab)[:0] for lab, k in zip(box_labels, keep)]
+        used = [b.cpu() if k else b.cpu()[:0] for b, k in zip(boxes, keep)]
+        labels = [torch.as_tensor(lab).cpu() if k else torch.as_tensor(lab).cpu()[:0]
+                  for lab, k in zip(box_labels, keep)]
         if self.dilation:
             used = [dilate_boxes(b, self.dilation, size) for b in used]
-        return class_masks(used, labels, classes, size, canvas=size).to(classes.device)
+        return class_masks(used, labels, classes.cpu(), size, canvas=size)

@@ -60,8 +60,9 @@ class GuidanceTask(ClassificationTask):
 
     def losses(self, model: nn.Module, batch: dict[str, Any], step: Step) -> tuple[dict[str, Tensor], Tensor]:
         """``{"classification", "localization"}`` and ``L_class + λ · L_loc``."""
-        out = self.guidance(model, batch["image"], batch["labels"], batch["boxes"], batch["box_labels"],
-                            batch["has_boxes"], step.generator, grad_scale=step.loss_scale)
+        host = batch.get("host", batch)  # what the objective decides on the host: never a wait for the device
+        out = self.guidance(model, batch["image"], host["labels"], host["boxes"], host["box_labels"],
+                            host["has_boxes"], step.generator, grad_scale=step.loss_scale)
         # DDP averages gradients over processes: scale the local sum so that the result is the global sum
         # (reduction "sum") or the mean over the annotated images of the global batch ("mean_annotated").
         localization = out.loss * step.world_size

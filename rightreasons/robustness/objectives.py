@@ -76,7 +76,7 @@ class GroupDRO:
     ``C / sqrt(n_g)`` ``K`` times). A micro-batch cannot wait for the later ones: it minimises with ``q`` updated on
     the step's micro-batches so far, which for the last one is the step's ``q``. Group losses are summed across
     processes, so ``q`` is the same on every process; a micro-batch with a non-finite loss (which the trainer skips)
-    leaves ``q`` alone.
+    leaves ``q`` alone. ``q`` lives on the device of the losses, and every update is computed there.
 
     Args:
         counts: ``[G]`` training examples per group.
@@ -100,11 +100,18 @@ class GroupDRO:
         self._index, self._start = index, self.q
         self._sums, self._seen = torch.zeros_like(self.q), torch.zeros_like(self.q)
 
+    def _move_to(self, device: torch.device) -> None:
+        """Keep the state on the device of the losses (once): its update then never waits for the device."""
+        if self.q.device != device:
+            self.q, self.adjustment, self._start, self._sums, self._seen = (
+                t.to(device) for t in (self.q, self.adjustment, self._start, self._sums, self._seen))
+
     def group_losses(self, losses: Tensor, groups: Tensor, step: Step) -> tuple[Tensor, Tensor, Tensor]:
         """``(L [G], sums [G], n [G])``: every group's summed loss in the global batch divided by its global count (0
         where it is absent) — differentiable in this process's ``losses [n]`` — and the global sums (no gradient) and
         counts."""
-        one_hot = torch.nn.functional.one_hot(groups, len(self.q)).to(losses.dtype)  # [n, G]
+        # [n, G]; one_hot would check the group ids' range on the host
+        one_hot = (groups[:, None] == torch.arange(len(self.q), device=groups.device)).to(losses.dtype)
         sums = one_hot.T @ losses
         n = step.sum_across_processes(one_hot.sum(0).detach())
         global_sums = step.sum_across_processes(sums.detach())
@@ -115,14 +122,15 @@ class GroupDRO:
     def update(self, sums: Tensor, counts: Tensor, index: int) -> None:
         """Add a micro-batch's global group loss ``sums [G]`` and ``counts [G]`` to optimiser step ``index`` and set
         ``q`` to the exponentiated-gradient step from the step's starting ``q`` on the step's group means so far."""
+        self._move_to(sums.device)
         if index != self._index:
             self._start_new_step(index)
-        sums, counts = sums.detach().double().cpu(), counts.detach().double().cpu()
-        if not torch.isfinite(sums).all():
-            return
-        self._sums, self._seen = self._sums + sums, self._seen + counts
-        q = self._start * torch.exp(self.step_size * (self._sums / self._seen.clamp(min=1) + self.adjustment))
-        self.q = q / q.sum()
+        sums, counts = sums.detach().double(), counts.detach().double()
+        finite = torch.isfinite(sums).all()  # decided on the device: a non-finite micro-batch changes nothing
+        total, seen = self._sums + sums, self._seen + counts
+        q = self._start * torch.exp(self.step_size * (total / seen.clamp(min=1) + self.adjustment))
+        self._sums, self._seen = torch.where(finite, total, self._sums), torch.where(finite, seen, self._seen)
+        self.q = torch.where(finite, q / q.sum(), self.q)
 
     def __call__(self, losses: Tensor, groups: Tensor, step: Step) -> tuple[Tensor, Tensor]:
         """``(objective, L [G])``: this process's part of ``Σ_g q_g L_g`` (scaled for DDP's averaging) after the
@@ -134,11 +142,11 @@ class GroupDRO:
         return objective * step.world_size, mean.detach()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"q": self.q.clone()}
+        return {"q": self.q.detach().cpu().clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         q = torch.as_tensor(state["q"], dtype=torch.float64)
         if q.shape != self.q.shape:
             raise ValueError(f"GroupDRO state holds weights for {len(q)} groups, the data has {len(self.q)}")
-        self.q = q
+        self.q = q.to(self.q.device)
         self._start_new_step(None)

@@ -90,6 +90,8 @@ class RobustTask(ClassificationTask):
         """GroupDRO's ``q`` joins the checkpoints; JTT's error set is scored with the first-stage model."""
         if self.dro is not None:
             trainer.accelerator.register_for_checkpointing(self.dro)
+        if self.group_weight is not None:
+            self.group_weight = self.group_weight.to(trainer.accelerator.device)
         if self.first_stage is not None:
             data = self.config.data
             images = load_dataset(data.name, data.root, data.train_split, **data.options)
@@ -113,7 +115,8 @@ class RobustTask(ClassificationTask):
             weights = self.group_weight.to(per_sample.device)[batch["group"]]
         else:
             up = self.config.robustness.upweight
-            weights = torch.tensor([up if i in self.errors else 1.0 for i in batch["id"]], device=per_sample.device)
+            weights = torch.tensor([up if i in self.errors else 1.0 for i in batch["id"]]).to(per_sample.device,
+                                                                                               non_blocking=True)
         objective = weighted_mean(per_sample, weights, step)
         terms[f"{method}ed"] = objective.detach() / step.world_size
         return terms, objective

@@ -121,8 +121,8 @@ def test_non_finite_losses_are_skipped_then_training_stops(tmp_path, monkeypatch
 
     monkeypatch.setattr(trainer.task, "losses", nan_loss)
     with pytest.warns(UserWarning, match=r"non-finite loss at epoch 1, batch [123] .*step skipped"):
-        with pytest.raises(DivergenceError, match=r"training diverged at step 1 \(epoch 1\): 3 steps in a row had a "
-                                                  "non-finite loss"):
+        with pytest.raises(DivergenceError, match=r"training diverged at step 3 \(epoch 1\): 3 steps in a row had a "
+                                                  "non-finite loss"):  # a skipped step is a step of the schedule
             trainer.fit()
     assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
 
@@ -205,13 +205,17 @@ def test_every_logged_step_is_a_console_line_and_epochs_count_from_one(reference
     assert validations == [("6", "1"), ("12", "2")]
 
 
-def test_two_processes_match_one_process(reference_run, tmp_path, launch):
-    """2 processes (gloo) with half the global batch each follow the 1-process run: compare after 4 Adam steps
-    with the reference run's checkpoint of step 4 (same config, so the same schedule)."""
+def test_two_processes_match_one_process(tmp_path, launch, run_cli):
+    """2 processes (gloo) with half the global batch each follow the 1-process run: the weights after 4 steps agree.
+    The gradients differ in the last bits (DDP sums the halves in another order); with SGD that stays in the last
+    bits. (Adam's normalised update turns it into up to ``lr`` for the weights whose gradient is near zero, which
+    compounds: 12 % of the weights beyond 1e-5 after 4 steps of this config, so Adam cannot tell a wrong gradient.)"""
     (tmp_path / "config.yaml").write_text(BASE)
-    launch(["guide", "--config", "config.yaml", "output_dir=ddp", "max_steps=4"], processes=2, cwd=tmp_path)
-    reference = load_file(reference_run / "run" / "checkpoints" / "step-000004" / "model.safetensors")
-    assert _max_difference(reference, _weights(tmp_path / "ddp")) < 1e-5
+    settings = ["max_steps=4", "optim.name=sgd", "optim.lr=0.05"]
+    done = run_cli("guide", "--config", "config.yaml", "output_dir=one", *settings, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    launch(["guide", "--config", "config.yaml", "output_dir=ddp", *settings], processes=2, cwd=tmp_path)
+    assert _max_difference(_weights(tmp_path / "one"), _weights(tmp_path / "ddp")) < 1e-5
 
 
 KILL_DURING_STEP = """

@@ -10,8 +10,15 @@ the norm of the float32 ones. Measured on the batch of the tests: B-cos at the i
 the final stage 2.7 % and 3.1 %, e²KD 2.5 %; over seven batches at most 9.3 %.
 
 The L1 loss normalises by the largest positive attribution, so its gradient jumps where two pixels swap as the
-maximum (in float32 too, under any perturbation): the tests check that bf16 and float32 pick the same pixel, so that
-the comparison measures precision and not that discontinuity (a batch where they differ gave 75 %).
+maximum (in float32 too, under any perturbation): the tests check that the pixel bf16 picks is a maximum of the
+float32 map too — the same pixel, or one that ties with it in float32 (bilinear upsampling of a final-stage map makes
+exact ties, which rounding breaks either way) — so that the comparison measures precision and not that discontinuity
+(a batch where they picked pixels of different values gave 75 %).
+
+The bf16 convolutions are torch's own (oneDNN switched off): oneDNN's bf16 kernels differ by CPU. On a CPU with AMX
+tiles (Sapphire Rapids) they gave 42 % on the e²KD step's batch against 2.4 % with torch's kernels (9.1 % and 4.4 %
+for the guided step at the input) — a property of those kernels, measured here so that it is known, not of this
+library's handling of precision, which is what these tests check.
 
 **fp16.** float16 has 11 significant bits but a range of 6e-8 to 65504: the gradient of an explanation underflows
 where its values are small. The trainer seeds the explanation's backward with the step's loss scale
@@ -34,7 +41,7 @@ from rightreasons.bcos import LogitLayer
 from rightreasons.config import from_dict
 from rightreasons.distill import DistillObjective, teacher_outputs
 from rightreasons.engine import Trainer
-from rightreasons.engine.trainer import MAX_BAD_STEPS
+from rightreasons.engine.step_guard import MAX_BAD_STEPS
 from rightreasons.errors import ConfigError
 from rightreasons.guidance import GuidanceObjective, GuidanceTask, GuideConfig
 from rightreasons.models.resnet import BasicBlock, BcosResNet
@@ -113,9 +120,16 @@ def assert_bf16_within_tolerance(loss32: float, grads32: list[Tensor], loss16: f
     assert relative_error(grads32, grads16) <= GRAD_RTOL
 
 
+@pytest.fixture
+def torch_kernels():
+    """torch's own CPU kernels rather than oneDNN's, whose bf16 results differ by CPU (module docstring)."""
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+
+
 @pytest.mark.parametrize("layer, loss", [("input", "energy"), ("input", "l1"), ("final", "energy"),
                                          ("final", "l1")])
-def test_bf16_guided_step_is_float32_within_the_stated_tolerance(layer, loss):
+def test_bf16_guided_step_is_float32_within_the_stated_tolerance(layer, loss, torch_kernels):
     batch, model = guidance_batch(), bcos_resnet()
     reference = copy.deepcopy(model)
     loss32, maps32, total32 = guided_step(reference, batch, layer, loss)
@@ -123,12 +137,14 @@ def test_bf16_guided_step_is_float32_within_the_stated_tolerance(layer, loss):
     loss16, maps16, total16 = guided_step(model, batch, layer, loss, torch.bfloat16)
     grads16 = gradients(model, total16)
     assert torch.isfinite(maps16).all()
-    if loss == "l1":  # the same pixel normalises (module docstring)
-        assert torch.equal(maps16.flatten(1).argmax(1), maps32.flatten(1).argmax(1))
+    if loss == "l1":  # the same pixel normalises, or one of the same float32 value (module docstring)
+        flat32 = maps32.flatten(1)
+        picked = flat32.gather(1, maps16.flatten(1).argmax(1)[:, None])[:, 0]
+        assert torch.allclose(picked, flat32.max(1).values, rtol=2 ** -20, atol=0)
     assert_bf16_within_tolerance(loss32, grads32, loss16, grads16)
 
 
-def test_bf16_e2kd_step_with_a_live_teacher_is_float32_within_the_stated_tolerance():
+def test_bf16_e2kd_step_with_a_live_teacher_is_float32_within_the_stated_tolerance(torch_kernels):
     images = guidance_batch()["image"]
     teacher, student = bcos_resnet(seed=1).eval().requires_grad_(False), bcos_resnet(seed=2)
     reference = copy.deepcopy(student)
@@ -195,9 +211,10 @@ def test_fp16_trainer_skips_overflowing_steps_lowers_the_scale_and_seeds_explana
     """The trainer with accelerate's fp16 set-up, its scaler on the CPU (as accelerate builds it on CUDA): an initial
     scale of 2²² overflows float16 in the explanation's backward, so steps are skipped — more than MAX_BAD_STEPS in a
     row, none counted as bad — while the scale halves, until one fits; every explanation is seeded with the scale of
-    its step, the weights stay finite and the run trains on."""
+    its step (the scaler's tensor: no host sync), the weights stay finite and the run trains on. A skipped step is a
+    step of the schedule: the epoch's 6 steps are the skipped ones and those that trained."""
     config = from_dict(GuideConfig, {"output_dir": str(tmp_path / "run"), "cpu": True, "mixed_precision": "fp16",
-                                     "max_steps": 1, "log_with": [], "model": {"name": "bcos_cifar10_resnet20"},
+                                     "log_with": [], "model": {"name": "bcos_cifar10_resnet20"},
                                      "data": {"image_size": 16, "batch_size": 4, "options": {"n": 24}},
                                      "optim": {"epochs": 1}})
     initial = 2.0 ** 22
@@ -208,7 +225,7 @@ def test_fp16_trainer_skips_overflowing_steps_lowers_the_scale_and_seeds_explana
     import rightreasons.guidance.objective as objective
 
     def recording(*args, grad_scale: float = 1.0, **kwargs):
-        seeds.append(grad_scale)
+        seeds.append(float(grad_scale))
         return attribute(*args, grad_scale=grad_scale, **kwargs)
 
     attribute = objective.attribute
@@ -218,9 +235,10 @@ def test_fp16_trainer_skips_overflowing_steps_lowers_the_scale_and_seeds_explana
     with caplog.at_level("INFO", logger="rightreasons.engine.trainer"):
         trainer.fit()
     skipped = [r.getMessage() for r in caplog.records if "step skipped, scale lowered" in r.getMessage()]
-    assert len(skipped) > MAX_BAD_STEPS and trainer.position.step == 1 and trainer.bad_steps == 0
+    taken = 6 - len(skipped)
+    assert len(skipped) > MAX_BAD_STEPS and taken > 0 and trainer.position.step == 6 and trainer.bad_steps == 0
     assert accelerator.scaler.get_scale() == initial / 2 ** len(skipped)
-    assert seeds == [initial / 2 ** i for i in range(len(skipped) + 1)]  # the last one: the step taken
+    assert seeds == [initial / 2 ** i for i in range(len(skipped))] + [initial / 2 ** len(skipped)] * taken
     weights = trainer.bare_model.state_dict()
     assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
     assert any(not torch.equal(before[k], v) for k, v in weights.items())
