@@ -42,7 +42,7 @@ _aten = torch.ops.aten
 #: operations that read a device tensor's value on the host (``.item()``, ``bool(t)``, ``float(t)`` and ``int(t)``
 #: reach ``_local_scalar_dense``) or whose output's shape depends on the values (the host waits for it)
 _READS = {_aten._local_scalar_dense.default, _aten.nonzero.default, _aten.masked_select.default,
-          _aten.equal.default, _aten.bincount.default, _aten.unique_consecutive.default, _aten._unique.default,
+          _aten.equal.default, _aten.allclose.default, _aten.bincount.default, _aten.unique_consecutive.default, _aten._unique.default,
           _aten._unique2.default, _aten.unique_dim.default, _aten.repeat_interleave.Tensor}
 #: indexing operations that turn a boolean mask into indices (``nonzero``) inside their kernel
 _MASK_INDEXING = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,

@@ -1,7 +1,7 @@
 """Benchmarks of rightreasons (``make bench``): each section times ours against a reference and checks a target ratio.
 
-Sections are functions registered with :func:`section`; each receives the run's :class:`Settings` and returns a list
-of :class:`Row`. Timings alternate between the two contenders (ours, reference, ours, reference, ...) after a warm-up, so
+Sections are functions registered with :func:`benchlib.section` — here and, one module per topic, in ``bench_*.py``
+(imported below) — each receives the run's :class:`benchlib.Settings` and returns a list of :class:`benchlib.Row`. Timings alternate between the two contenders (ours, reference, ours, reference, ...) after a warm-up, so
 that drifts of a shared machine hit both alike; medians are reported. The table is printed as markdown and, with
 ``--json PATH``, written as JSON. ``--quick`` runs every section at tiny sizes (a smoke test, not a measurement).
 
@@ -20,92 +20,20 @@ import platform
 import statistics
 import sys
 import time
-import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, also when imported by a test
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.weak import WeakIdKeyDictionary
 
 import rightreasons as rr
+from benchlib import (SECTIONS, Row, Settings, alternate, boxed_batch, guided_loss, markdown, peak_step_bytes,
+                      plain_loss, reference_resnet, saved_tensor_bytes, section, standard_resnet50, step)
 from rightreasons.explain import explain
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What every section gets: the device, whether to run at tiny sizes, and the size of the ImageNet rehearsal
-    (class folders, images per class)."""
-
-    device: torch.device
-    quick: bool
-    imagenet_classes: int = 1000
-    imagenet_images: int = 2
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-
-@dataclass
-class Row:
-    """One line of the result table: ours and the reference in ``unit`` (seconds or MiB); ``ratio`` compares them as
-    ``target`` states."""
-
-    section: str
-    ours: float
-    reference: float
-    ratio: float
-    target: str
-    passed: bool | None  # None: a measurement without a target
-    setup: str
-    unit: str = "s"
-
-
-SECTIONS: dict[str, Callable[[Settings], list[Row]]] = {}
-
-
-def section(name: str) -> Callable[[Callable[[Settings], list[Row]]], Callable[[Settings], list[Row]]]:
-    """Register a benchmark section under ``name`` (the order of registration is the order of the table)."""
-    def register(fn: Callable[[Settings], list[Row]]) -> Callable[[Settings], list[Row]]:
-        if name in SECTIONS:
-            raise ValueError(f"benchmark section {name!r} is already registered")
-        SECTIONS[name] = fn
-        return fn
-
-    return register
-
-
-def alternate(contenders: dict[str, Callable[[], object]], settings: Settings, repeats: int,
-              warmup: int) -> dict[str, list[float]]:
-    """Wall-clock seconds of each contender, run in turn ``repeats`` times after ``warmup`` untimed rounds."""
-    for _ in range(warmup):
-        for fn in contenders.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, fn in contenders.items():
-            settings.sync()
-            start = time.perf_counter()
-            fn()
-            settings.sync()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def reference_resnet(name: str, num_classes: int) -> nn.Module:
-    """The ``bcos`` package's (B-cos v2 release's) model ``name`` with the release's conv, norm and logit bias."""
-    try:
-        from bcos.models import resnet as ref_resnet
-        from bcos.modules import BatchNormUncentered2d, BcosConv2d, NoBias
-    except ImportError as e:
-        raise SystemExit(f"the reference needs the bcos package (pip install -e '.[dev]'): {e}") from e
-    return getattr(ref_resnet, name)(num_classes=num_classes, norm_layer=NoBias(BatchNormUncentered2d),
-                                     conv_layer=BcosConv2d, logit_bias=-math.log(num_classes - 1))
 
 
 @section("bcos-forward-backward")
@@ -154,115 +82,11 @@ def explain_batched(settings: Settings) -> list[Row]:
                                          "ratio = median(reference / ours)")]
 
 
-def saved_tensor_bytes(loss: Callable[[], Tensor]) -> int:
-    """Bytes of the distinct storages autograd holds for the backward of ``loss()`` when that backward starts: the
-    activation memory of a training step, which dominates its peak memory (measurable on CPU, where no allocator
-    statistics exist). Tensors saved only for a while (e.g. by a recomputation inside an explanation's backward) and
-    freed before the loss exists are not counted. The backward is run afterwards, so that the graph is freed."""
-    packed: list[tuple[weakref.ref, tuple[int, int]]] = []
-
-    def pack(t: Tensor) -> Tensor:
-        storage = t.untyped_storage()
-        packed.append((weakref.ref(t), (storage.data_ptr(), storage.nbytes())))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        value = loss()
-    held = {key: key[1] for ref, key in packed if ref() is not None}
-    value.backward()
-    return sum(held.values())
-
-
-class PeakMemory(TorchDispatchMode):
-    """The peak bytes of live tensor storages while the block runs, on any device: what
-    ``torch.cuda.max_memory_allocated`` reports on CUDA, less the allocator's rounding and cache, measurable on the CPU.
-    Every tensor an operation returns is counted once per storage (views and in-place results add nothing) until its
-    storage is freed, so it sees what saved-tensor hooks cannot: tensors ``torch.utils.checkpoint`` keeps,
-    recomputations, gradients and temporaries. Tensors that exist before the block (weights, inputs) count from the
-    start when passed as ``held``. Deterministic; storages resized in place (``UntypedStorage.resize_``) are not
-    followed. torch's ``torch.distributed._tools.mem_tracker.MemTracker`` counts the same way, but its module hooks
-    fail in ``torch.autograd.grad`` with leaf inputs, which every explanation takes."""
-
-    def __init__(self, held: Iterable[Tensor] = ()) -> None:
-        super().__init__()
-        self.live = self.peak = 0
-        self._counted: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        for t in held:
-            self._count(t)
-
-    def _count(self, t: Tensor) -> None:
-        storage = t.untyped_storage()
-        if storage in self._counted:
-            return
-        nbytes = storage.nbytes()
-        self._counted[storage] = nbytes
-        weakref.finalize(storage, self._free, nbytes)
-        self.live += nbytes
-        self.peak = max(self.peak, self.live)
-
-    def _free(self, nbytes: int) -> None:
-        self.live -= nbytes
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, Tensor) and t.device.type != "meta":
-                self._count(t)
-        return out
-
-
-def peak_step_bytes(model: nn.Module, inputs: Iterable[Tensor], loss: Callable[[], Tensor]) -> int:
-    """The peak live bytes (:class:`PeakMemory`) of a training step's forward and backward of ``loss()``: weights,
-    buffers and ``inputs`` included, gradients of a previous step cleared first."""
-    model.zero_grad(set_to_none=True)
-    with PeakMemory([*model.parameters(), *model.buffers(), *inputs]) as memory:
-        loss().backward()
-    return memory.peak
-
-
-def _boxed_batch(batch: int, size: int, device: torch.device) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
-    """A random encoded batch ``[batch, 6, size, size]`` of 20 classes, its one-hot labels ``[batch, 20]`` and one
-    centred box per image labelled with the image's class."""
-    x = torch.rand(batch, 6, size, size, device=device)
-    labels = F.one_hot(torch.arange(batch) % 20, 20).float().to(device)
-    boxes = [torch.tensor([[size / 4, size / 4, 3 * size / 4, 3 * size / 4]]) for _ in range(batch)]
-    box_labels = [torch.tensor([n % 20]) for n in range(batch)]
-    return x, labels, boxes, box_labels
-
-
-def plain_loss(model: nn.Module, x: Tensor, labels: Tensor) -> Callable[[], Tensor]:
-    """The loss of a plain training step (BCE), its gradients cleared first."""
-    def loss() -> Tensor:
-        model.zero_grad(set_to_none=True)
-        return F.binary_cross_entropy_with_logits(model(x), labels)
-    return loss
-
-
-def guided_loss(model: nn.Module, layer: str, x: Tensor, labels: Tensor, boxes: list[Tensor],
-                box_labels: list[Tensor]) -> Callable[[], Tensor]:
-    """The loss of a guided step: BCE + 1e-3 Energy on B-cos contributions at ``layer``, every image annotated."""
-    from rightreasons.guidance import GuidanceObjective
-
-    objective = GuidanceObjective("bcos", layer, "energy")
-    has_boxes = torch.ones(len(x), dtype=torch.bool)
-
-    def loss() -> Tensor:
-        model.zero_grad(set_to_none=True)
-        out = objective(model, x, labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
-        return F.binary_cross_entropy_with_logits(out.logits, labels) + 1e-3 * out.loss
-    return loss
-
-
-def step(loss: Callable[[], Tensor]) -> Callable[[], None]:
-    """A training step's forward and backward (no optimiser update)."""
-    return lambda: loss().backward()
-
-
 def _guidance_step(layer: str) -> Callable[[Settings], list[Row]]:
     def run(settings: Settings) -> list[Row]:
         batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 64, 10, 2)
         model = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
-        x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
+        x, labels, boxes, box_labels = boxed_batch(batch, size, settings.device)
         plain = plain_loss(model, x, labels)
         guided = guided_loss(model, layer, x, labels, boxes, box_labels)
         times = alternate({"guided": step(guided), "plain": step(plain)}, settings, repeats, warmup)
@@ -282,13 +106,6 @@ for _layer in ("input", "mid2", "final"):
     section(f"guidance-step-{_layer}")(_guidance_step(_layer))
 
 
-def _standard_resnet50(device: torch.device) -> nn.Module:
-    """torchvision's ResNet-50 with 20 classes, in training mode: the cost B-cos is measured against."""
-    from torchvision.models import resnet50
-
-    return resnet50(num_classes=20).train().to(device)
-
-
 @section("activation-memory")
 def activation_memory(settings: Settings) -> list[Row]:
     """Activations held for the backward of a training step: B-cos ResNet-50 (plain; guided at input, mid2, final)
@@ -296,10 +113,10 @@ def activation_memory(settings: Settings) -> list[Row]:
     (batch 2 minus batch 1: what a large batch approaches, without the weights). Deterministic."""
     size = 64 if settings.quick else 224  # batch 1 at 32 px leaves torchvision's last BatchNorm one value per channel
     bcos = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
-    standard_model = _standard_resnet50(settings.device)
+    standard_model = standard_resnet50(settings.device)
     held: dict[str, list[int]] = {}
     for batch in (1, 2):
-        x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
+        x, labels, boxes, box_labels = boxed_batch(batch, size, settings.device)
         losses = {"standard": plain_loss(standard_model, x[:, :3], labels), "plain": plain_loss(bcos, x, labels)}
         losses |= {f"guided at {layer}": guided_loss(bcos, layer, x, labels, boxes, box_labels)
                    for layer in ("input", "mid2", "final")}
@@ -339,7 +156,7 @@ def stage_checkpointing(settings: Settings) -> list[Row]:
         name = "plain step" if layer is None else f"guided at {layer}"
         peaks: dict[str, list[float]] = {"checkpointed": [], "plain": []}
         for images in (1, batch):  # per image: batch 2 minus batch 1 (what a large batch approaches)
-            x, labels, boxes, box_labels = _boxed_batch(images, size, settings.device)
+            x, labels, boxes, box_labels = boxed_batch(images, size, settings.device)
             losses = {kind: plain_loss(model, x, labels) if layer is None else
                       guided_loss(model, layer, x, labels, boxes, box_labels) for kind, model in models.items()}
             for kind, loss in losses.items():
@@ -369,9 +186,9 @@ def train_step_time(settings: Settings) -> list[Row]:
     """A training step (BCE forward + backward) of B-cos ResNet-50 vs torchvision's ResNet-50, alternating."""
     batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 128, 10, 2)
     bcos = rr.create_model("bcos_resnet50", num_classes=20).train().to(settings.device)
-    x, labels, _, _ = _boxed_batch(batch, size, settings.device)
+    x, labels, _, _ = boxed_batch(batch, size, settings.device)
     times = alternate({"bcos": step(plain_loss(bcos, x, labels)),
-                       "standard": step(plain_loss(_standard_resnet50(settings.device), x[:, :3], labels))},
+                       "standard": step(plain_loss(standard_resnet50(settings.device), x[:, :3], labels))},
                       settings, repeats, warmup)
     ratio = statistics.median(b / s for b, s in zip(times["bcos"], times["standard"]))
     return [Row("train-step-time", statistics.median(times["bcos"]), statistics.median(times["standard"]), ratio,
@@ -392,7 +209,7 @@ def torch_compile(settings: Settings) -> list[Row]:
 
     batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 64, 10, 2)
     backend = "aot_eager" if settings.quick else "inductor"
-    x, labels, _, _ = _boxed_batch(batch, size, settings.device)
+    x, labels, _, _ = boxed_batch(batch, size, settings.device)
     models = {"bcos": rr.create_model("bcos_resnet18", num_classes=20).train().to(settings.device),
               "standard": resnet18(num_classes=20).train().to(settings.device)}
     inputs = {"bcos": x, "standard": x[:, :3]}
@@ -440,7 +257,7 @@ def guidance_few_boxes(settings: Settings) -> list[Row]:
 
     batch, size, repeats, warmup = (8, 32, 2, 1) if settings.quick else (64, 64, 7, 2)
     model = rr.create_model("bcos_resnet18", num_classes=20).train().to(settings.device)
-    x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
+    x, labels, boxes, box_labels = boxed_batch(batch, size, settings.device)
     few = torch.zeros(batch, dtype=torch.bool)
     few[::10] = True  # 7 of 64 (10.9 %)
     every = torch.ones(batch, dtype=torch.bool)
@@ -900,7 +717,7 @@ def gpu_throughput(settings: Settings) -> list[Row]:
     for bcos_name, standard_name in GPU_MODELS[settings.quick]:
         kwargs = {"num_classes": 20} | ({"image_size": size} if "vit" in bcos_name else {})
         for batch in batches:
-            x, labels, boxes, box_labels = _boxed_batch(batch, size, settings.device)
+            x, labels, boxes, box_labels = boxed_batch(batch, size, settings.device)
             for mode in modes:
                 torch.manual_seed(0)
                 bcos = rr.create_model(bcos_name, **kwargs).train().to(settings.device)
@@ -925,22 +742,6 @@ def gpu_throughput(settings: Settings) -> list[Row]:
                                     "standard network in the same mode; ratio = ours / reference images per second",
                                     unit="img/s"))
     return rows
-
-
-def _value(value: float, unit: str) -> str:
-    return f"{value:.4f} s" if unit == "s" else f"{value:.1f} {unit}" if unit == "img/s" else f"{value:.0f} {unit}"
-
-
-def _verdict(passed: bool | None) -> str:
-    return "—" if passed is None else "pass" if passed else "FAIL"
-
-
-def markdown(rows: list[Row]) -> str:
-    lines = ["| section | ours | reference | ratio | target | pass/fail |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.section} | {_value(r.ours, r.unit)} | {_value(r.reference, r.unit)} | {r.ratio:.3f} | "
-              f"{r.target} | {_verdict(r.passed)} |" for r in rows]
-    lines += [""] + [f"- {r.section}: {r.setup}" for r in rows]
-    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
