@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
 
 import rightreasons.apps.tasks  # noqa: F401 - registers every task
 from rightreasons import create_model, save_model
@@ -28,6 +30,7 @@ from rightreasons.config import from_dict
 from rightreasons.distill import DistillConfig, write_teacher_cache
 from rightreasons.engine import Trainer, get_task
 from rightreasons.engine.counting import count_step
+from rightreasons.engine.launch import use_cpu
 
 BCOS = {"name": "bcos_resnet18", "kwargs": {"inplanes": 8}}
 
@@ -79,13 +82,19 @@ def count(name: str, folder: Path) -> dict[str, Any]:
 
 
 def count_all(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Every step type's counts (``names``: some of :data:`STEP_TYPES`), on this process."""
+    """Every step type's counts (``names``: some of :data:`STEP_TYPES`), on this process (every process of a
+    launch runs it, in one folder that the main process makes)."""
     torch.manual_seed(0)
+    state = PartialState(cpu=use_cpu(not torch.cuda.is_available()))
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        folder = Path(tmp)
-        save_model(create_model("bcos_resnet18", num_classes=2, inplanes=8), folder / "first_stage.safetensors")
-        return {name: count(name, folder) for name in names or STEP_TYPES}
+        folder = Path(broadcast_object_list([tmp])[0])
+        if state.is_main_process:
+            save_model(create_model("bcos_resnet18", num_classes=2, inplanes=8), folder / "first_stage.safetensors")
+        state.wait_for_everyone()
+        results = {name: count(name, folder) for name in names or STEP_TYPES}
+        state.wait_for_everyone()  # the main process's folder goes last
+        return results
 
 
 def markdown(results: dict[str, dict[str, Any]], processes: int) -> str:
@@ -104,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results = count_all(args.only)
-    from accelerate import PartialState
-
-    state = PartialState()
+    state = PartialState()  # set up by count_all
     if state.is_main_process:
         print(markdown(results, state.num_processes))
         if args.json:

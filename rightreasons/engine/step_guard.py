@@ -11,7 +11,7 @@ Checking them on the host would read a flag at every step, and on a GPU each rea
 drain (a host sync). :class:`StepGuard` instead keeps them as tensors on the device, as torch's ``GradScaler`` does:
 
 * every step reduces one flag over all its gradients (``torch._foreach_norm``: a handful of kernels, not one check per
-  tensor), and one more over the weights after the update; the loss's flag joins the gradients', and one all-reduce
+  tensor), and one per weight after the update (kept until the read, to name the weights of a divergence); the loss's flag joins the gradients', and one all-reduce
   makes the decision the same on every process;
 * the optimiser skips its update on the device: torch's fused Adam, AdamW and SGD take the decision as ``found_inf``
   and leave weights and state untouched; under fp16 the scaler's own check does it, and a stopped run poisons the
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["MAX_BAD_STEPS", "MIN_LOSS_SCALE", "StepGuard", "StepOutcome", "all_finite"]
+__all__ = ["MAX_BAD_STEPS", "MIN_LOSS_SCALE", "StepGuard", "StepOutcome", "all_finite", "finite_each"]
 
 MAX_BAD_STEPS = 3
 """Skipped steps (non-finite loss or gradients) in a row after which a run has diverged."""
@@ -47,15 +47,27 @@ hold the unscaled gradients either) it counts as a bad step like any other."""
 _LOSS_OK, _GRADS_OK, _WEIGHTS_OK, _SKIPPED, _COUNTED, _BAD, _SCALE = range(7)
 
 
-def all_finite(tensors: Sequence[Tensor], device: torch.device) -> Tensor:
-    """A 0-d bool tensor on ``device``: whether every element of ``tensors`` is finite. One fused reduction: the L1
-    norm of each tensor, summed in float64 (so a finite float32 tensor never overflows it), is finite exactly when the
-    tensor is."""
+def finite_each(tensors: Sequence[Tensor], device: torch.device) -> Tensor:
+    """``[T]`` bool on ``device``: whether each of the ``T`` tensors is finite, in a few fused kernels: the L1 norm of
+    a tensor narrower than float64, summed in float64, is finite exactly when the tensor is (float32's largest values
+    times a billion elements stay far below float64's range); float64 tensors, rare, are checked one by one."""
     if not tensors:
-        return torch.ones((), dtype=torch.bool, device=device)
-    dtype = None if device.type == "mps" else torch.float64  # MPS has no float64
-    norms = torch._foreach_norm(list(tensors), 1, dtype=dtype)
-    return torch.stack(norms).sum().isfinite().to(device)
+        return torch.ones(0, dtype=torch.bool, device=device)
+    wide = [t.dtype == torch.float64 and device.type != "mps" for t in tensors]  # MPS has no float64
+    flags: list[Tensor] = [t.isfinite().all() for t, w in zip(tensors, wide) if w]
+    narrow = [t for t, w in zip(tensors, wide) if not w]
+    if narrow:
+        norms = torch.stack(torch._foreach_norm(narrow, 1, dtype=None if device.type == "mps" else torch.float64))
+        if not flags:
+            return norms.isfinite().to(device)
+        narrow_flags, wide_flags = iter(norms.isfinite().unbind()), iter(flags)
+        flags = [next(wide_flags) if w else next(narrow_flags) for w in wide]
+    return torch.stack(flags).to(device)
+
+
+def all_finite(tensors: Sequence[Tensor], device: torch.device) -> Tensor:
+    """A 0-d bool tensor on ``device``: whether every element of ``tensors`` is finite (:func:`finite_each`)."""
+    return finite_each(tensors, device).all()
 
 
 @dataclass
@@ -74,6 +86,8 @@ class StepOutcome:
     bad_steps: int
     loss_scale: float
     terms: dict[str, float]
+    non_finite: list[int]
+    """The indices of the weights (as given to :meth:`StepGuard.settle`) that the step made non-finite."""
 
 
 @dataclass
@@ -84,6 +98,7 @@ class _Pending:
     ids: list[str]
     flags: Tensor  # [7] float64: see the indices above
     terms: dict[str, Tensor]
+    weights: Tensor  # [T] bool: which weights are finite after the step
 
 
 class StepGuard:
@@ -144,7 +159,8 @@ class StepGuard:
         ``scale``: the fp16 loss scale the step was taken at): check ``weights``, count the bad steps, stop the run
         when it diverged, and keep the step's flags and losses until the next :meth:`read`."""
         skip, stopped = self._skip, self._stopped
-        weights_ok = all_finite(weights, self.device)
+        each = finite_each(weights, self.device)
+        weights_ok = each.all()
         scale = torch.ones((), dtype=torch.float64, device=self.device) if scale is None else \
             scale.detach().to(self.device, torch.float64).reshape(())
         counted = skip & ~stopped
@@ -155,7 +171,7 @@ class StepGuard:
         flags = torch.stack([self._ok[0], self._ok[1], weights_ok.double(), skip.double(), counted.double(),
                              self._bad, scale])
         self._pending.append(_Pending(step, epoch, batch, list(ids), flags,
-                                      {k: v.detach().float().reshape(()) for k, v in terms.items()}))
+                                      {k: v.detach().float().reshape(()) for k, v in terms.items()}, each))
         self._loss_ok = None
 
     def read(self) -> list[StepOutcome]:
@@ -171,9 +187,11 @@ class StepGuard:
         for p, keys in zip(pending, names):
             flags, terms = values[at:at + 7], values[at + 7:at + 7 + len(keys)]
             at += 7 + len(keys)
+            weights_ok = flags[_WEIGHTS_OK] == 1
+            non_finite = [] if weights_ok else (~p.weights).nonzero()[:, 0].tolist()  # a diverged run only
             outcome = StepOutcome(p.step, p.epoch, p.batch, p.ids, flags[_LOSS_OK] == 1, flags[_GRADS_OK] == 1,
-                                  flags[_WEIGHTS_OK] == 1, flags[_SKIPPED] == 1, flags[_COUNTED] == 1,
-                                  int(flags[_BAD]), flags[_SCALE], dict(zip(keys, terms)))
+                                  weights_ok, flags[_SKIPPED] == 1, flags[_COUNTED] == 1, int(flags[_BAD]),
+                                  flags[_SCALE], dict(zip(keys, terms)), non_finite)
             outcomes.append(outcome)
             self.bad_steps = outcome.bad_steps
             if outcome.bad_steps >= MAX_BAD_STEPS or not outcome.weights_finite:

@@ -605,12 +605,17 @@ class Trainer:
             self.optimizer.zero_grad()
         stats = {"loss": loss.detach(), **{k: v.detach() for k, v in terms.items()}}
         if self.accelerator.sync_gradients:
-            weights = [*self.bare_model.parameters(), *(b for b in self.bare_model.buffers() if b.is_floating_point())]
-            self.guard.settle(weights, position.step + 1, position.epoch + 1, position.batch + 1, batch["id"], stats,
-                              scale)
+            self.guard.settle(list(self._weights().values()), position.step + 1, position.epoch + 1,
+                              position.batch + 1, batch["id"], stats, scale)
             if self.guard.pending >= StepGuard.MAX_PENDING:
                 self.read_steps()
         return stats
+
+    def _weights(self) -> dict[str, Tensor]:
+        """The parameters and floating-point buffers of the model by name: what must stay finite."""
+        model = self.bare_model
+        return {**dict(model.named_parameters()),
+                **{name: b for name, b in model.named_buffers() if b.is_floating_point()}}
 
     def read_steps(self) -> dict[str, float]:
         """Read the steps taken since the last read from the device (one transfer) and enforce the rules on them:
@@ -636,8 +641,8 @@ class Trainer:
                 raise self._diverged(f"{MAX_BAD_STEPS} steps in a row had a non-finite {what} (last loss terms: "
                                      f"{values})", outcome.step, outcome.epoch)
         if not outcome.weights_finite:
-            state = {k: t for k, t in self.bare_model.state_dict().items() if t.is_floating_point()}
-            bad = [k for k, t in state.items() if not torch.isfinite(t).all()]
+            names = list(self._weights())
+            bad = [names[i] for i in outcome.non_finite]
             raise self._diverged(f"the optimiser step made {len(bad)} weight tensors non-finite "
                                  f"({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''})", outcome.step,
                                  outcome.epoch)
