@@ -72,7 +72,7 @@ class FidelityEvaluator:
         for metric in self._metrics():
             metric.to(device)
         images, labels = batch["image"], batch["labels"]
-        groups = batch["group"] if self.grouped else None
+        groups = batch.get("host", batch)["group"] if self.grouped else None  # checked on the host
         images_for_teacher = reencode(images, capabilities(model).encoding, self.teacher_encoding)
         teacher = teacher_outputs(self.teacher, images_for_teacher, self.method, self.layer)
         if self.method != "none":
@@ -82,7 +82,7 @@ class FidelityEvaluator:
         if not self.multilabel:
             self.teacher_accuracy.update(teacher.logits, labels.argmax(1), groups)
         if self.waterbirds:
-            ood = torch.isin(groups, torch.tensor(OOD_GROUPS, device=device)).long()
+            ood = torch.isin(groups, torch.tensor(OOD_GROUPS, device=groups.device)).long()
             self.split_agreement.update(logits, teacher.logits, ood)
             self.split_accuracy.update(logits, labels.argmax(1), ood)
 

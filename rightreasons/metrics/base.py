@@ -121,18 +121,21 @@ class GroupedRate(Metric):
         self.add_state("seen", default=torch.zeros(self.num_groups, dtype=torch.long), dist_reduce_fx="sum")
 
     def _add(self, hits: Tensor, groups: Tensor | None) -> None:
-        """Count boolean ``hits [N]`` into their ``groups [N]`` (all group 0 when ``None``)."""
+        """Count boolean ``hits [N]`` into their ``groups [N]`` (all group 0 when ``None``). Group ids on the CPU (as
+        the loader gives them) are checked here; on a device, by the counting kernel (an index error on the CPU, a
+        device-side assert on a GPU), as reading them would make the host wait for the device."""
         where = f"{type(self).__name__}.update"
         if groups is None:
             groups = torch.zeros_like(hits, dtype=torch.long)
-        groups = torch.as_tensor(groups, device=hits.device)
+        groups = torch.as_tensor(groups)
         if groups.shape != hits.shape or groups.is_floating_point():
             raise ValueError(f"{where}: groups must be integer ids of shape {tuple(hits.shape)}, "
                              f"got dtype {groups.dtype} and shape {tuple(groups.shape)}")
         groups = groups.long()
-        if ((groups < 0) | (groups >= self.num_groups)).any():
+        if groups.device.type == "cpu" and ((groups < 0) | (groups >= self.num_groups)).any():
             raise ValueError(f"{where}: group ids must lie in [0, {self.num_groups - 1}], "
                              f"got {groups.unique().tolist()}")
+        groups = groups.to(hits.device, non_blocking=True)
         self.hits.index_add_(0, groups, hits.long())
         self.seen.index_add_(0, groups, torch.ones_like(groups))
 

@@ -51,11 +51,13 @@ class MultiLabelClassification(MetricCollection):
     """
 
     def __init__(self, num_classes: int, threshold: float = 0.5, **kwargs) -> None:
+        # the inputs are checked in _prepare, and the two F1 scores share their states (given, not found by comparing
+        # states): torchmetrics' own checks and comparisons would read them on the host at every batch
         super().__init__({
-            "f1": MultilabelF1Score(num_classes, threshold=threshold, average="micro"),
-            "f1_per_class": MultilabelF1Score(num_classes, threshold=threshold, average=None),
-            "map": MeanAveragePrecision(num_classes),
-        }, **kwargs)
+            "f1": MultilabelF1Score(num_classes, threshold=threshold, average="micro", validate_args=False),
+            "f1_per_class": MultilabelF1Score(num_classes, threshold=threshold, average=None, validate_args=False),
+            "map": MeanAveragePrecision(num_classes, validate_args=False),
+        }, compute_groups=[["f1", "f1_per_class"], ["map"]], **kwargs)
         self.num_classes = num_classes
 
     def _prepare(self, logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:

@@ -133,7 +133,8 @@ class ClassificationEvaluator:
         if self.multilabel:
             self.metric.update(logits.float(), batch["labels"])
         else:
-            self.metric.update(logits.float(), batch["labels"].argmax(1), batch["group"] if self.grouped else None)
+            groups = batch.get("host", batch)["group"] if self.grouped else None  # checked on the host
+            self.metric.update(logits.float(), batch["labels"].argmax(1), groups)
 
     def compute(self) -> dict[str, Any]:
         results = plain_numbers(self.metric.compute())
@@ -164,13 +165,11 @@ class LocalizationEvaluator:
         self.pairs = 0
 
     def update(self, model: nn.Module, batch: dict[str, Any], logits: Tensor) -> None:
-        device = logits.device
         for metric in self.metrics:
-            metric.to(device)
-        boxes = [b.as_subclass(Tensor).to(device) for b in batch["boxes"]]
-        box_labels = [b.to(device) for b in batch["box_labels"]]
-        self.pairs += evaluate_localization(model, batch["image"], batch["labels"], boxes, box_labels, self.explain,
-                                            self.metrics, batch_size=self.batch_size)
+            metric.to(logits.device)
+        host = batch.get("host", batch)  # which pairs, and their masks, are decided on the host
+        self.pairs += evaluate_localization(model, batch["image"], host["labels"], host["boxes"], host["box_labels"],
+                                            self.explain, self.metrics, batch_size=self.batch_size)
 
     def compute(self) -> dict[str, Any]:
         counted = torch.tensor(float(self.pairs), device=self.metrics[0].total.device)
@@ -213,7 +212,11 @@ def _require_finite_results(results: dict[str, Any], source: str) -> None:
 
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {key: value.to(device) if isinstance(value, Tensor) else value for key, value in batch.items()}
+    """The batch's tensors on ``device`` (asynchronously where the device can), and the loader's own batch under
+    ``"host"``: what evaluators decide on the host (which image has boxes of which class) needs no device read."""
+    moved = {key: value.to(device, non_blocking=True) if isinstance(value, Tensor) else value
+             for key, value in batch.items()}
+    return {**moved, "host": batch}
 
 
 @torch.no_grad()
@@ -222,17 +225,22 @@ def evaluate(model: nn.Module, dataset: Dataset, evaluators: Sequence[Evaluator]
              source: str = "the evaluated model") -> dict[str, Any]:
     """Run ``model`` (put in eval mode here; the caller restores train mode) over this process's shard of
     ``dataset`` and return the merged results of all ``evaluators`` (computed across processes). Non-finite logits
-    or metrics are a :class:`NonFiniteError` naming ``source``."""
+    or metrics are a :class:`NonFiniteError` naming ``source``. Nothing is read from the device until every batch
+    has been scored: evaluators get each batch on the device with the loader's own under ``"host"``."""
     model.eval()
     device = torch.device(device)
     shard = Subset(dataset, shard_indices(len(dataset), rank, world_size))
     loader = DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate, num_workers=num_workers)
+    finite, ids = [], []
     for batch in loader:
         batch = _to_device(batch, device)
         logits = model(batch["image"])
-        require_finite_logits(logits, source, [f"id {i}" for i in batch["id"]])
+        finite.append(torch.isfinite(logits.detach()).all(dim=1))  # read once, after the loop: no wait per batch
+        ids += [f"id {i}" for i in batch["id"]]
         for evaluator in evaluators:
             evaluator.update(model, batch, logits)
+    if finite and not torch.cat(finite).all():
+        require_finite_logits(torch.where(torch.cat(finite)[:, None], 0.0, torch.nan), source, ids)
     results: dict[str, Any] = {}
     for evaluator in evaluators:
         results.update(evaluator.compute())

@@ -68,18 +68,21 @@ def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: 
             each object pixel and any other value elsewhere; gives ``object_masks`` for the on-object ratio.
 
     A positive label without any box of its class in that image is skipped (there is nothing to localise
-    against). No pairs, no batches.
+    against). No pairs, no batches. ``labels``, ``boxes`` and ``box_labels`` decide the pairs and their masks on the
+    host: given there, as the loader gives them, they cost no wait for the device (tensors on a device are copied to
+    the host first); the pairs' maps, masks and indices are on the images' device.
     """
     _, _, height, width = _check_inputs(images, labels, boxes, box_labels, segmentations)
     if batch_size < 1:
         raise ValueError(f"localization_pairs: batch_size must be >= 1, got {batch_size}")
-    pairs = _pairs(labels, box_labels)
+    pairs = _pairs(labels.cpu(), [torch.as_tensor(b).cpu() for b in box_labels])
+    device = images.device
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
-        index = torch.tensor([i for i, _ in chunk], device=images.device)
-        classes = torch.tensor([k for _, k in chunk], device=images.device)
-        masks = torch.stack([boxes_to_masks(boxes[i], box_labels[i], k, canvas=(height, width))
-                             for i, k in chunk]).to(images.device)
+        index = torch.tensor([i for i, _ in chunk]).to(device, non_blocking=True)
+        classes = torch.tensor([k for _, k in chunk]).to(device, non_blocking=True)
+        masks = torch.stack([boxes_to_masks(torch.as_tensor(boxes[i]).cpu(), torch.as_tensor(box_labels[i]).cpu(), k,
+                                            canvas=(height, width)) for i, k in chunk]).to(device, non_blocking=True)
         maps = run_attribution(attribution, model, images[index], classes)
         objects = None
         if segmentations is not None:
