@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all demo bench bench-gpu docs clean
+.PHONY: install test test-all demo bench bench-gpu gpu-check docs clean
 
 install: $(STAMP)
 
@@ -28,6 +28,9 @@ bench: $(STAMP)
 
 bench-gpu: $(STAMP)
 	$(PY) scripts/bench.py --device cuda --only gpu-throughput
+
+gpu-check: $(STAMP)
+	$(PY) scripts/gpu_check.py --out gpu-check
 
 docs: $(STAMP)
 	$(PY) -m rightreasons.apps.config_reference docs/config.md

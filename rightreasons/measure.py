@@ -16,13 +16,15 @@ do not depend on load:
 * :class:`PeakMemory` is the peak of the live tensor storages while a block runs: what
   ``torch.cuda.max_memory_allocated`` reports on CUDA, less the allocator's rounding and cache.
 
-``torch.cuda.set_sync_debug_mode`` counts the syncs of a real GPU (``make gpu-check``); these counters are what the
-test suite and ``make bench`` (sections ``host-syncs`` and ``launches``) assert on every machine.
+* :class:`CudaSyncs` counts the syncs a real CUDA device reports (``torch.cuda.set_sync_debug_mode``), the check of
+  the first two on a GPU (``make gpu-check``); the counters above are what the test suite and ``make bench``
+  (sections ``host-syncs`` and ``launches``) assert on every machine.
 """
 
 from __future__ import annotations
 
 import traceback
+import warnings
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["PeakMemory", "StepCounter", "Sync"]
+__all__ = ["CudaSyncs", "PeakMemory", "StepCounter", "Sync"]
 
 _aten = torch.ops.aten
 #: operations that read a device tensor's value on the host (``.item()``, ``bool(t)``, ``float(t)`` and ``int(t)``
@@ -201,3 +203,30 @@ class PeakMemory(TorchDispatchMode):
             if isinstance(t, Tensor) and t.device.type != "meta":
                 self._count(t)
         return out
+
+
+class CudaSyncs:
+    """The host syncs CUDA reports while the block runs (``torch.cuda.set_sync_debug_mode("warn")``: every
+    synchronising CUDA call warns), as :class:`Sync` records in :attr:`syncs`; nothing without CUDA."""
+
+    def __init__(self) -> None:
+        self.syncs: list[Sync] = []
+
+    def __enter__(self) -> CudaSyncs:
+        self._previous = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else None
+        self._warnings = warnings.catch_warnings(record=True)
+        self._record = self._warnings.__enter__()
+        warnings.simplefilter("always")
+        if self._previous is not None:
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            torch.cuda.set_sync_debug_mode(self._previous)
+        self._warnings.__exit__(*exc)
+        for w in self._record:
+            if "synchronizing" in str(w.message):
+                self.syncs.append(Sync(str(w.message).split(".")[0], f"{Path(w.filename).name}:{w.lineno}"))
+            else:  # not ours to swallow
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

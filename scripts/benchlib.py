@@ -141,15 +141,16 @@ def plain_loss(model: nn.Module, x: Tensor, labels: Tensor) -> Callable[[], Tens
 
 def guided_loss(model: nn.Module, layer: str, x: Tensor, labels: Tensor, boxes: list[Tensor],
                 box_labels: list[Tensor]) -> Callable[[], Tensor]:
-    """The loss of a guided step: BCE + 1e-3 Energy on B-cos contributions at ``layer``, every image annotated."""
+    """The loss of a guided step: BCE + 1e-3 Energy on B-cos contributions at ``layer``, every image annotated. The
+    objective's host decisions read the labels on the host, as the trainer gives them (no sync)."""
     from rightreasons.guidance import GuidanceObjective
 
     objective = GuidanceObjective("bcos", layer, "energy")
-    has_boxes = torch.ones(len(x), dtype=torch.bool)
+    has_boxes, host_labels = torch.ones(len(x), dtype=torch.bool), labels.cpu()
 
     def loss() -> Tensor:
         model.zero_grad(set_to_none=True)
-        out = objective(model, x, labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
+        out = objective(model, x, host_labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
         return F.binary_cross_entropy_with_logits(out.logits, labels) + 1e-3 * out.loss
     return loss
 

@@ -1,7 +1,8 @@
 """Host syncs and aten operations of one training step of every step type of the engine, counted deterministically
 (:func:`rightreasons.engine.counting.count_step`): a step that does not log must not wait for the device (0 syncs),
-a step that logs reads its losses once (1 sync). ``make bench`` (sections ``host-syncs``) and the tests run it, on
-one process and under DDP (two processes, gloo)::
+a step that logs reads its losses once (1 sync); on a CUDA device, the syncs it reports itself are listed too
+(:class:`~rightreasons.measure.CudaSyncs`). ``make bench`` (section ``host-syncs``), ``make gpu-check`` and the tests
+run it, on one process and under DDP (two processes, gloo)::
 
     python scripts/step_counts.py [--json PATH]
     torchrun --standalone --nproc_per_node 2 scripts/step_counts.py --json PATH
@@ -31,6 +32,7 @@ from rightreasons.distill import DistillConfig, write_teacher_cache
 from rightreasons.engine import Trainer, get_task
 from rightreasons.engine.counting import count_step
 from rightreasons.engine.launch import use_cpu
+from rightreasons.measure import CudaSyncs
 
 BCOS = {"name": "bcos_resnet18", "kwargs": {"inplanes": 8}}
 
@@ -74,9 +76,12 @@ def count(name: str, folder: Path) -> dict[str, Any]:
     trainer.read_steps()
     result: dict[str, Any] = {}
     for label, log in (("step", False), ("logged step", True)):
-        counts = count_step(trainer, next(batches), log)
+        with CudaSyncs() as cuda:
+            counts = count_step(trainer, next(batches), log)
         result[label] = {"syncs": len(counts.syncs), "ops": counts.ops, "launches": counts.launches,
                          "sites": [f"{s.op} at {s.site}" for s in counts.syncs]}
+        if torch.cuda.is_available():  # what the GPU itself reports
+            result[label]["cuda syncs"] = [f"{s.op} at {s.site}" for s in cuda.syncs]
     trainer.lock.release()
     return result
 

@@ -1,0 +1,113 @@
+"""``make gpu-check``: what a machine with a CUDA GPU must show, in one prepared run of at most 8 minutes.
+
+1. **The device-clean tier on CUDA** (``tests/device_clean`` with ``RIGHTREASONS_TEST_DEVICES=meta,cuda``): every step
+   type trains, every method explains at every layer, every loss and evaluator runs on the GPU, under
+   ``torch.cuda.set_sync_debug_mode("error")`` where nothing may be read.
+2. **Host syncs on CUDA** (``scripts/step_counts.py``): for every step type, the syncs counted by
+   :class:`rightreasons.measure.StepCounter` and those CUDA reports itself (``set_sync_debug_mode("warn")``) — 0 on a
+   step that does not log, 1 on a step that logs.
+3. **Throughput** (``bench-gpu``'s rows, in the time left): images/s and peak memory of the standard ResNet-50 and of
+   the B-cos ResNet-50's plain, guided (input, final) and e²KD (live, frozen) steps, eager, compiled and bf16, batch 64
+   at 224 px.
+
+It writes ``gpu-check.json`` and ``gpu-check.md`` (one table) to ``--out`` and prints the table. Without CUDA it says
+so and exits 0; ``--rehearse`` runs every part on the CPU at tiny sizes (the tier on ``meta``), to try the script on
+any machine.
+
+    python scripts/gpu_check.py --out gpu-check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET_S = 480
+"""The whole check's time on the GPU: the tier and the counts first, the throughput in what is left."""
+
+
+def tier(devices: str, timeout: float, extra: list[str]) -> tuple[str, bool, str]:
+    """Run the device-clean tier on ``devices``; (summary line, passed, the output's tail)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/device_clean",
+                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "RIGHTREASONS_TEST_DEVICES": devices})
+    lines = [line for line in done.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    return (lines[-1].strip("= ") if lines else "no summary"), done.returncode == 0, done.stdout[-4000:]
+
+
+def markdown(report: dict) -> str:
+    out = [f"# make gpu-check ({report['environment']['device']}, torch {report['environment']['torch']})", "",
+           f"**Device-clean tier** ({report['tier']['devices']}): {report['tier']['summary']} — "
+           f"{'pass' if report['tier']['passed'] else 'FAIL'}", "",
+           "| step type | host syncs (step / logged step) | reported by CUDA (step / logged step) |", "|---|---|---|"]
+    for name, counts in report["host_syncs"].items():
+        step, logged = counts["step"], counts["logged step"]
+        cuda = (f"{len(step['cuda syncs'])} / {len(logged['cuda syncs'])}" if "cuda syncs" in step else "—")
+        out.append(f"| {name} | {step['syncs']} / {logged['syncs']} | {cuda} |")
+    out += ["", "| step | images/s | vs standard | peak memory |", "|---|---|---|---|"]
+    for row in report["throughput"]:
+        memory = re.search(r"peak memory (\d+) MiB", row["setup"])
+        out.append(f"| {row['section'].removeprefix('gpu-throughput: ')} | {row['ours']:.1f} | {row['ratio']:.2f} | "
+                   f"{memory.group(1) + ' MiB' if memory else '—'} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu-check"), help="folder of gpu-check.json and .md")
+    parser.add_argument("--rehearse", action="store_true", help="every part on the CPU at tiny sizes")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available() and not args.rehearse:
+        print(f"no CUDA device: torch {torch.__version__} sees none (torch.cuda.is_available() is False), so "
+              "make gpu-check measures nothing here; run it on a machine with a GPU (or try it with --rehearse)")
+        return 0
+    import benchlib
+    import step_counts
+    from bench import GPU_MODELS, throughput_rows
+
+    start = time.monotonic()
+    device = torch.device("cpu" if args.rehearse else "cuda")
+    environment = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (rehearsal)",
+                   "torch": torch.__version__, "python": platform.python_version()}
+    devices = "meta" if args.rehearse else "meta,cuda"
+    summary, passed, tail = tier(devices, 200, ["-k", "train and not torchvision or fake_cuda"] if args.rehearse
+                                 else [])
+    if not passed:
+        print(tail, file=sys.stderr)
+    host_syncs = step_counts.count_all(["train", "guide (Energy, B-cos at the input)"] if args.rehearse else None)
+    settings = benchlib.Settings(device, args.rehearse)
+    if args.rehearse:
+        rows = throughput_rows(settings, GPU_MODELS[True][:1], (2,), 32, ("eager",), repeats=1, warmup=1)
+    else:
+        rows = throughput_rows(settings, GPU_MODELS[False][:1], (64,), 224, ("eager", "compiled", "bf16"), repeats=3,
+                               warmup=1, deadline=start + BUDGET_S - 120)
+    report = {"environment": environment, "seconds": round(time.monotonic() - start, 1),
+              "tier": {"devices": devices, "summary": summary, "passed": passed},
+              "host_syncs": host_syncs, "throughput": [asdict(r) for r in rows]}
+    synced = [n for n, c in host_syncs.items()
+              if c["step"]["syncs"] or c["logged step"]["syncs"] != 1 or c["step"].get("cuda syncs")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu-check.json").write_text(json.dumps(report, indent=2, default=str))
+    table = markdown(report)
+    (args.out / "gpu-check.md").write_text(table)
+    print(table)
+    if synced:
+        print(f"steps that wait for the device: {synced}", file=sys.stderr)
+    return 0 if passed and not synced else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
