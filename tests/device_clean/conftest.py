@@ -64,16 +64,3 @@ def move_run(trainer: Trainer, device: torch.device) -> Trainer:
     trainer._to_device = lambda batch: {**send_to_device(batch, device), "host": batch}
     return trainer
 
-
-@pytest.fixture(scope="session")
-def step_types():
-    """``scripts/step_counts.py``: the tiny run of every step type of the engine (``STEP_TYPES``, ``_config``)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[2] / "scripts" / "step_counts.py"
-    spec = importlib.util.spec_from_file_location("step_counts", script)
-    module = sys.modules["step_counts"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

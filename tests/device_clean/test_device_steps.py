@@ -4,6 +4,8 @@ moves it and the loader's batch on the host for the host's decisions. A step tha
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import warnings
 from pathlib import Path
 
@@ -15,9 +17,16 @@ from rightreasons import create_model, save_model
 from rightreasons.distill import DistillConfig, write_teacher_cache
 from rightreasons.engine import Trainer
 
-STEP_TYPES = ["train", "train (torchvision ResNet-18)", "guide (Energy, B-cos at the input)",
-              "guide (L1, GradCAM at mid2)", "distill (live e²KD)", "distill (frozen e²KD)", "robust (reweight)",
-              "robust (GroupDRO)", "robust (JTT upweight)"]
+def _step_counts():
+    """``scripts/step_counts.py``: the tiny run of every step type of the engine (``STEP_TYPES``, ``_config``)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "step_counts.py"
+    spec = importlib.util.spec_from_file_location("step_counts", script)
+    module = sys.modules["step_counts"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+step_types = _step_counts()
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +37,8 @@ def folder(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("name", STEP_TYPES)
-def test_every_step_type_trains_on_the_device(step_types, folder, device, name):
-    assert set(STEP_TYPES) == set(step_types.STEP_TYPES)
+@pytest.mark.parametrize("name", list(step_types.STEP_TYPES))
+def test_every_step_type_trains_on_the_device(folder, device, name):
     kind, config = step_types._config(*step_types.STEP_TYPES[name], folder, name)
     if isinstance(config, DistillConfig) and config.distill.frozen and not Path(config.distill.frozen).exists():
         write_teacher_cache(config, config.distill.frozen)
