@@ -29,6 +29,7 @@ from .errors import DataError, where
 from .io import MAX_PIXELS, inside_root, read_image, read_mask
 from .options import require_int, require_number
 from .sample import make_sample
+from .transforms import takes_uint8
 
 __all__ = ["AnnotatedDataset", "Records"]
 
@@ -206,8 +207,10 @@ class AnnotatedDataset(Dataset):
         reversed Waterbirds task uses the complement of the bird box)."""
         return boxes, box_labels
 
-    def load(self, index: int) -> dict[str, Any]:
-        """Sample ``index`` before the transform."""
+    def load(self, index: int, *, keep_uint8: bool = False) -> dict[str, Any]:
+        """Sample ``index`` before the transform; ``keep_uint8`` leaves a decoded uint8 image as it is, for a
+        transform that takes it (:func:`~rightreasons.data.transforms.takes_uint8`), instead of converting it to
+        float."""
         record = self.record(index)
         image = self.load_image(index)
         h, w = image.shape[-2:]
@@ -233,14 +236,14 @@ class AnnotatedDataset(Dataset):
         return make_sample(image, torch.from_numpy(self.records.labels[index].astype(np.float32)), boxes,
                            torch.from_numpy(np.asarray(box_labels, dtype=np.int64)),
                            has_boxes=bool(self.annotated[index]), id=str(self.records.ids[index]), mask=mask,
-                           group=group)
+                           group=group, keep_uint8=keep_uint8)
 
-    def load_checked(self, index: int) -> dict[str, Any]:
+    def load_checked(self, index: int, *, keep_uint8: bool = False) -> dict[str, Any]:
         """Sample ``index`` before the transform (:meth:`load`), anything that goes wrong raised as a
         :class:`DataError` naming the file and record: the one check of a sample, through which training reads
         every sample and ``rightreasons prepare`` checks them (:mod:`rightreasons.data.verify`)."""
         try:
-            return self.load(index)
+            return self.load(index, keep_uint8=keep_uint8)
         except DataError:
             raise
         except Exception as e:  # give worker errors a file and a record; DataLoader re-raises DataError as is
@@ -250,7 +253,7 @@ class AnnotatedDataset(Dataset):
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for {self!r}")
         index = index % len(self)
-        sample = self.load_checked(index)
+        sample = self.load_checked(index, keep_uint8=takes_uint8(self.transform))
         if self.transform is None:
             return sample
         try:

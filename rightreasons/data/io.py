@@ -90,6 +90,10 @@ def inside_root(path: str | os.PathLike, root: str | os.PathLike, source: str) -
     return Path(path)
 
 
+#: what PIL raises for a file it cannot read as an image
+_DECODE_ERRORS = (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError)
+
+
 def open_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS, mode: str = "RGB") -> Image.Image:
     """Decode an image file with PIL, converted to ``mode`` (grey, palette and CMYK images become RGB by default).
 
@@ -97,19 +101,26 @@ def open_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS, mod
     decoding, with a :class:`DataError` naming the file; so is anything PIL cannot decode."""
     path = require_file(path, "image file")
     try:
-        with warnings.catch_warnings():  # PIL's own bomb warning: the limit below is stricter
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(path)
-        with img:
-            width, height = img.size
-            if max_pixels is not None and width * height > max_pixels:
-                raise DataError(f"{path}: the image has {width} × {height} = {width * height:,} pixels, more than the "
-                                f"limit of {max_pixels:,} (data.options.max_pixels); resize it or raise the limit")
+        with _open_checked(path, max_pixels) as img:
             return _eight_bit(img, path).convert(mode)
     except DataError:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as e:
+    except _DECODE_ERRORS as e:
         raise DataError(f"{path}: cannot decode image: {e}") from e
+
+
+def _open_checked(path: Path, max_pixels: int | None) -> Image.Image:
+    """The image file ``path`` opened by PIL from its header alone, after refusing more than ``max_pixels`` pixels (a
+    :class:`DataError` naming the file)."""
+    with warnings.catch_warnings():  # PIL's own bomb warning: the limit below is stricter
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        img = Image.open(path)
+    width, height = img.size
+    if max_pixels is not None and width * height > max_pixels:
+        img.close()
+        raise DataError(f"{path}: the image has {width} × {height} = {width * height:,} pixels, more than the "
+                        f"limit of {max_pixels:,} (data.options.max_pixels); resize it or raise the limit")
+    return img
 
 
 def _eight_bit(img: Image.Image, path: Path) -> Image.Image:
@@ -131,9 +142,20 @@ def _eight_bit(img: Image.Image, path: Path) -> Image.Image:
 
 
 def read_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> Tensor:
-    """An image file as uint8 ``[3, H, W]`` RGB (:func:`open_image`)."""
-    array = np.asarray(open_image(path, max_pixels))
-    return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
+    """An image file as uint8 ``[3, H, W]`` RGB, the pixels of :func:`open_image`: a channels-last view of the
+    decoded ``[H, W, 3]`` array. It is not copied into colour planes here (:func:`~rightreasons.data.sample.to_float`
+    does that while converting to float, in the same pass; torchvision's uint8 resize prefers this layout), nor
+    copied by a conversion of an RGB image to RGB, as :func:`open_image` would."""
+    path = require_file(path, "image file")
+    try:
+        with _open_checked(path, max_pixels) as img:
+            rgb = img if img.mode == "RGB" else _eight_bit(img, path).convert("RGB")
+            pixels = np.array(rgb)  # decodes; a writable copy of the packed pixels
+    except DataError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise DataError(f"{path}: cannot decode image: {e}") from e
+    return torch.from_numpy(pixels).permute(2, 0, 1)
 
 
 def read_mask(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> Tensor:
