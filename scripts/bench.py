@@ -766,6 +766,7 @@ def throughput_rows(settings: Settings, models: Sequence[tuple[str, str]], batch
 
 # the sections of the topic modules, registered after those above (the table's order)
 import bench_host_syncs  # noqa: E402,F401
+import bench_launches  # noqa: E402,F401
 import bench_loading  # noqa: E402,F401
 
 

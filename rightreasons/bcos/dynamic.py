@@ -18,19 +18,24 @@ The outer backward (of a classification loss plus an explanation loss) must run 
 the function behaves like an ordinary product.
 
 **Memory.** A product stores only the tensors it is computed from, never its intermediates: a dynamic weight given as
-:class:`Recomputed` (``|cos|^(B-1)`` from a unit's linear output and its one-channel patch-norm map, a GELU gate from
-its input) is recomputed in the backward, and a product may take the linear steps around it (a norm's centring and
-affine map) as ``extras``, so that they store nothing either; a B-cos unit's convolution recomputes its normalised
-weight in the backward too. Its backward is itself such a function
-(:class:`_DynamicVjp`): in an explanation's backward with ``create_graph=True`` it stores the incoming gradient and
-the product's inputs, and the second backward recomputes what it needs. Gradients are those of the same operations
-taken by autograd, so they are exact to every order; a B-cos network holds about as much for its backward as a
-standard one (``make bench``, ``activation-memory``).
+:class:`Recomputed` (``|cos|^(B-1)`` from a unit's linear output and its one-channel patch-norm map, a norm's std from
+its variance, a GELU gate from its input) is recomputed in the backward, and a product may take the linear steps around
+it (a norm's centring and affine map) as ``extras``, so that they store nothing either; a B-cos unit's convolution
+recomputes its normalised weight in the backward too. Its backward is itself such a function (:class:`_DynamicVjp`):
+in an explanation's backward with ``create_graph=True`` it stores the incoming gradient and the product's inputs, and
+the second backward computes what it needs from them. Gradients are those of the same operations, so they are exact
+to every order; a B-cos network holds about as much for its backward as a standard one (``make bench``,
+``activation-memory``).
 
-**Speed.** Where a product knows its gradients in closed form (a B-cos unit's scale, a norm, a unit's convolution:
-``vjp`` / ``product_vjp``), its backward computes them with a few elementwise passes instead of recomputing the
-product and differentiating it; an explanation's backward asks only for the input's gradient (one pass for a norm).
-Gradients nobody uses are never computed or materialised (``None``, not zeros).
+**Speed.** A step's cost on a GPU is as much the number of operations it launches as their size (``make bench``,
+``launches``). Where a product knows its gradients in closed form (a B-cos unit's scale, a norm, a unit's convolution:
+``vjp`` / ``product_vjp``), its backward computes them with a few passes instead of recomputing the product and
+differentiating it; a backward that builds no graph calls them directly, and an explanation's backward asks only for
+the input's gradient. A closed form may also know what its weight's inputs are computed from (a unit's norm map and a
+norm's batch variance are functions of the layer's input): a layer's own backward then gives their gradients to the
+input directly, so that their own backward never runs. The second backward of an explanation's (to ``x`` alone) is in
+closed form too (:func:`_input_vjp_vjp`), without recomputing and differentiating the first. Gradients nobody uses are
+never computed or materialised (``None``, not zeros).
 
 **torch.compile.** The switch is read when the backward runs, which a traced graph cannot do. So a product is traced
 as its plain computation only while its switch is off (the switch is a guard: entering explanation mode never reuses
@@ -68,9 +73,9 @@ class ExplanationSwitch:
 class Recomputed(NamedTuple):
     """A dynamic weight ``fn(*inputs)`` that the product recomputes in its backward instead of storing it (with
     ``fn``'s intermediates): for weights that are cheap elementwise functions of tensors stored anyway. An ``fn``
-    with a ``product_vjp(tensors, grad, wrt)`` method gives the gradients of ``fn(*inputs) * x`` to those of
-    ``tensors = (x, *inputs)`` marked ``wrt`` in closed form (differentiable operations), so that the backward
-    need not recompute the product and differentiate it."""
+    with a ``product_vjp(tensors, grad, wrt)`` method gives the gradients of the product it is made for (``fn(*inputs)
+    * x`` unless it says otherwise) to those of ``tensors = (x, *inputs, *extras)`` marked ``wrt`` in closed form
+    (differentiable operations), so that the backward need not recompute the product and differentiate it."""
 
     fn: Callable[..., Tensor]
     inputs: tuple[Tensor, ...]
@@ -81,11 +86,23 @@ def _reduce_to(grad: Tensor, shape: torch.Size) -> Tensor:
     return grad if grad.shape == shape else grad.sum_to_size(shape)
 
 
+def _same(a: Tensor | None, b: Tensor | None) -> bool:
+    """Whether ``a`` and ``b`` hold the same values as the same memory (one tensor saved twice comes back from
+    autograd as two tensor objects): a closed-form backward then adds two routes to it in one pass."""
+    return a is b or (a is not None and b is not None and a.data_ptr() == b.data_ptr() and a.shape == b.shape
+                      and a.stride() == b.stride() and a.dtype == b.dtype)
+
+
 @dataclass(frozen=True)
 class _Elementary:
     """``weight * x``, ``x / weight`` or ``weight @ x`` with closed-form gradients (no recomputation)."""
 
     name: Product
+
+    @property
+    def elementwise(self) -> bool:
+        """Whether each output element is its input element times a weight (a diagonal Jacobian in ``x``)."""
+        return self.name != "matmul"
 
     def __call__(self, weight: Tensor, x: Tensor) -> Tensor:
         if self.name == "mul":
@@ -120,11 +137,28 @@ class _Spec:
     @property
     def vjp(self) -> Callable[..., tuple[Tensor, ...]] | None:
         """The product's closed-form gradients, where it has them: ``product.vjp`` for a weight that is given, or the
-        recomputed weight's ``fn.product_vjp`` (the gradients of ``fn(*inputs) · x``); ``None``: recompute the
-        product and differentiate it."""
+        recomputed weight's ``fn.product_vjp``; ``None``: recompute the product and differentiate it."""
         if self.weight is None:
             return getattr(self.product, "vjp", None)
-        return getattr(self.weight, "product_vjp", None) if self.product is _ELEMENTARY["mul"] else None
+        return getattr(self.weight, "product_vjp", None)
+
+    @property
+    def value_and_vjp(self) -> Callable[..., tuple[Tensor | None, ...]] | None:
+        """``product.value_and_vjp(tensors, grad, wrt)`` for a weight that is not recomputed: the product's value and
+        its closed-form gradients from one call, where computing both shares work."""
+        return getattr(self.product, "value_and_vjp", None) if self.weight is None else None
+
+    @property
+    def elementwise(self) -> bool:
+        """Whether the product scales each element of ``x`` (``product.elementwise``: ``mul``, ``div``, a norm's
+        normalisation): its Jacobian in ``x`` is diagonal, hence symmetric."""
+        return bool(getattr(self.product, "elementwise", False))
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Indices (into the tensors) of the extras that the product adds rather than multiplies with the weight
+        (``product.offsets``, indices into the extras: a norm's mean and bias)."""
+        return tuple(1 + self.weight_inputs + i for i in getattr(self.product, "offsets", ()))
 
     def is_weight_input(self, index: int) -> bool:
         return 1 <= index <= self.weight_inputs
@@ -135,29 +169,25 @@ class _Spec:
         return self.product(weight, x, *extras)
 
 
-def _leaf(t: Tensor | None, requires_grad: bool, connected: bool) -> Tensor | None:
-    """A tensor to recompute from: linked to ``t``'s graph (``connected``, for a differentiable backward) or a new
-    leaf."""
-    if t is None:
-        return None
-    if connected and t.requires_grad:
-        return t.view_as(t)
-    return t.detach().requires_grad_(requires_grad)
+def _leaf(t: Tensor | None, requires_grad: bool) -> Tensor | None:
+    """A new leaf holding ``t``'s values, for a recomputation that autograd differentiates on its own."""
+    return None if t is None else t.detach().requires_grad_(requires_grad)
 
 
 def _vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, wrt: Sequence[bool],
          connected: bool) -> tuple[Tensor | None, ...]:
-    """The gradients of ``spec.evaluate(tensors)`` under ``grad`` to the tensors marked ``wrt``, by recomputing the
-    product (or by the product's own ``vjp(tensors, grad, wrt)``, made of differentiable operations, where it has
-    one and the weight is given, not recomputed); differentiable (in ``grad`` and every tensor) when ``connected``."""
+    """The gradients of ``spec.evaluate(tensors)`` under ``grad`` to the tensors marked ``wrt``: by the product's own
+    closed form (``spec.vjp``) where it has one, else by recomputing the product and differentiating it.
+    ``connected``: ``tensors`` and ``grad`` are linked to their graphs (the slots of a second backward) and the
+    result is differentiable in all of them; otherwise they are plain values and no graph is built."""
     if not any(wrt):
         return ()
     explicit = spec.vjp
+    if explicit is not None:
+        with torch.set_grad_enabled(connected):
+            return explicit(tensors, grad, wrt)
     with torch.enable_grad():
-        slots = [_leaf(t, need, connected) for t, need in zip(tensors, wrt)]
-        if explicit is not None:
-            with torch.set_grad_enabled(connected):
-                return explicit(slots, grad, wrt)
+        slots = tensors if connected else [_leaf(t, need) for t, need in zip(tensors, wrt)]
         wanted = [s for s, need in zip(slots, wrt) if need]
         return _autograd_grad(spec.evaluate(slots), wanted, grad, create_graph=connected, allow_unused=True)
 
@@ -176,6 +206,15 @@ def _autocast(state: tuple[str, torch.dtype, bool]) -> torch.autocast:
     return torch.autocast(device, dtype, enabled=enabled)
 
 
+def _will_execute(node: torch.autograd.graph.Node) -> bool:
+    """Whether the running backward executes ``node``. The engine refuses to say for a leaf that ``autograd.grad``
+    was asked for (its gradient is captured, not accumulated): such a leaf is needed."""
+    try:
+        return torch._C._will_engine_execute_node(node)
+    except RuntimeError:
+        return True
+
+
 def _needed(ctx, tensors: Sequence[Tensor | None], needs_input_grad: Sequence[bool]) -> tuple[bool, ...]:
     """Which of a function's ``tensors`` the running backward wants a gradient for: those that require one and whose
     gradient the engine will use. ``autograd.grad(out, x)`` uses none for the parameters, which an explanation's
@@ -184,9 +223,7 @@ def _needed(ctx, tensors: Sequence[Tensor | None], needs_input_grad: Sequence[bo
     needed = []
     for t, need in zip(tensors, needs_input_grad):
         node = None if t is None else next(nodes)
-        # the engine cannot say for a leaf inside autograd.grad; products take their leaves as views (dynamic_apply)
-        needed.append(need and node is not None and (node.name() == "torch::autograd::AccumulateGrad"
-                                                     or torch._C._will_engine_execute_node(node)))
+        needed.append(need and node is not None and _will_execute(node))
     return tuple(needed)
 
 
@@ -207,13 +244,17 @@ class _DynamicProduct(torch.autograd.Function):
         wrt = tuple(need and not (explaining and spec.is_weight_input(i))
                     for i, need in enumerate(_needed(ctx, tensors, ctx.needs_input_grad[2:])))
         with _autocast(ctx.autocast):  # recompute in the forward's precision
-            grads = iter(_DynamicVjp.apply(spec, wrt, grad, *tensors))
+            # a backward that builds no graph needs no differentiable vjp: the gradients themselves suffice
+            grads = iter(_DynamicVjp.apply(spec, wrt, grad, *tensors) if torch.is_grad_enabled()
+                         else _vjp(spec, tensors, grad, wrt, connected=False))
         return None, None, *(next(grads) if need else None for need in wrt)
 
 
 class _DynamicVjp(torch.autograd.Function):
     """The backward of :class:`_DynamicProduct` (the gradients to the tensors marked ``wrt``) as a function that stores
-    only its inputs: a second backward recomputes the first and differentiates it."""
+    only its inputs: a second backward differentiates the first in closed form where it can (an explanation's, to
+    ``x`` alone, of a product with closed-form gradients: :func:`_input_vjp_vjp`), else recomputes it and
+    differentiates it."""
 
     @staticmethod
     def forward(ctx, spec: _Spec, wrt: tuple[bool, ...], grad: Tensor,  # noqa: D102
@@ -226,16 +267,57 @@ class _DynamicVjp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_grads: Tensor | None):  # noqa: D102
         grad, *tensors = ctx.saved_tensors
+        spec, wrt = ctx.spec, ctx.wrt
         needs = _needed(ctx, (grad, *tensors), ctx.needs_input_grad[2:])
         connected = torch.is_grad_enabled()  # a third order: keep this backward differentiable too
-        with torch.enable_grad(), _autocast(ctx.autocast):
-            slots = [_leaf(t, t is not None and t.is_floating_point(), connected) for t in (grad, *tensors)]
-            firsts = _vjp(ctx.spec, slots[1:], slots[0], ctx.wrt, connected=True)
-            pairs = [(f, g) for f, g in zip(firsts, grad_grads) if f is not None and g is not None]
-            wanted = [s for s, need in zip(slots, needs) if need]
-            result = iter(_autograd_grad([f for f, _ in pairs], wanted, [g for _, g in pairs],
-                                              create_graph=connected, allow_unused=True) if pairs and wanted else ())
+        with _autocast(ctx.autocast):
+            if spec.vjp is not None and wrt[0] and not any(wrt[1:]):
+                return None, None, *_input_vjp_vjp(spec, tensors, grad, grad_grads[0], needs, connected)
+            with torch.enable_grad():
+                # slots of the tensors: new nodes (views) on their graphs for a third order, else new leaves
+                slots = [t.view_as(t) if connected and t is not None and t.requires_grad
+                         else _leaf(t, t is not None and t.is_floating_point()) for t in (grad, *tensors)]
+                firsts = _vjp(spec, slots[1:], slots[0], wrt, connected=True)
+                pairs = [(f, g) for f, g in zip(firsts, grad_grads) if f is not None and g is not None]
+                wanted = [s for s, need in zip(slots, needs) if need]
+                result = iter(_autograd_grad([f for f, _ in pairs], wanted, [g for _, g in pairs],
+                                             create_graph=connected, allow_unused=True) if pairs and wanted else ())
         return None, None, *(next(result, None) if need else None for need in needs)
+
+
+def _shaped(t: Tensor, shape: torch.Size) -> Tensor:
+    """``t`` reshaped to ``shape`` (an elementwise product's output may flatten its input's groups)."""
+    return t if t.shape == shape else t.reshape(shape)
+
+
+def _input_vjp_vjp(spec: _Spec, tensors: Sequence[Tensor | None], grad: Tensor, grad_x: Tensor | None,
+                   needs: Sequence[bool], connected: bool) -> tuple[Tensor | None, ...]:
+    """The second backward of a first one to ``x`` alone (an explanation's), in closed form: the gradients to
+    ``(grad, *tensors)`` marked ``needs`` of ``⟨grad_x, ∂⟨grad, P⟩/∂x⟩``.
+
+    ``P`` is linear in ``x``, so that this is ``⟨grad, P(x := grad_x)⟩`` with the offsets (extras that ``P`` adds,
+    e.g. a norm's mean and bias) dropped: ``x`` gets nothing, ``grad`` gets ``P(x := grad_x)`` and every other tensor
+    the gradient of the product at ``x := grad_x`` (its closed form). For an elementwise product both come from one
+    closed-form call, with the roles of ``grad`` and ``grad_x`` swapped (a diagonal Jacobian is symmetric)."""
+    if grad_x is None or not any(needs):
+        return (None,) * len(needs)
+    x = tensors[0]
+    offsets = spec.offsets
+    others = [None if i in offsets else t for i, t in enumerate(tensors[1:], 1)]
+    rest = tuple(need and i not in offsets for i, need in enumerate(needs[2:], 1))
+    if spec.elementwise and grad.numel() == x.numel():
+        grads = iter(_vjp(spec, (_shaped(grad, x.shape), *others), _shaped(grad_x, grad.shape), (needs[0], *rest),
+                          connected))
+        first = _shaped(next(grads), grad.shape) if needs[0] else None
+    elif needs[0] and spec.value_and_vjp is not None:  # both from one call (sharing, e.g., a normalised weight)
+        with torch.set_grad_enabled(connected):
+            first, *others_grads = spec.value_and_vjp((grad_x, *others), grad, (False, *rest))
+        grads = iter(others_grads)
+    else:
+        with torch.set_grad_enabled(connected):
+            first = spec.evaluate((grad_x, *others)) if needs[0] else None
+        grads = iter(_vjp(spec, (grad_x, *others), grad, (False, *rest), connected))
+    return first, None, *(next(grads) if need else None for need in rest)
 
 
 def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: ExplanationSwitch,
@@ -248,8 +330,12 @@ def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: Explana
     map of ``x`` and ``extras`` alone that should store only them, e.g. a B-cos unit's convolution with its normalised
     weight). A callable ``product`` may have a ``vjp(tensors, grad, wrt)`` method, used when the weight is not
     :class:`Recomputed`: the gradients of the product to those of ``tensors`` (``x``, the weight if any, ``extras``)
-    marked ``wrt``, from differentiable operations (so that an expensive product is not recomputed). Forward values
-    equal the plain computation. While ``switch.active`` the backward treats the weight as a constant (the
+    marked ``wrt``, from differentiable operations (so that an expensive product is not recomputed); and
+    ``value_and_vjp(tensors, grad, wrt)``, the product's value and those gradients from one call. A product with
+    closed-form gradients (its own or its recomputed weight's) says which of its extras it adds rather than multiplies
+    with ``x`` (``offsets``, indices into ``extras``: a norm's mean and bias) and whether it scales each element of
+    ``x`` (``elementwise``), so that an explanation's second backward is in closed form too. Forward values equal the
+    plain computation. While ``switch.active`` the backward treats the weight as a constant (the
     explanation), but keeps it differentiable for a second backward.
     """
     recomputed = isinstance(weight, Recomputed)
@@ -265,9 +351,7 @@ def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: Explana
 
 @torch.compiler.disable  # reached while compiling only in explanation mode, which runs eagerly (module docstring)
 def _dynamic_product(spec: _Spec, switch: ExplanationSwitch, tensors: tuple[Tensor | None, ...]) -> Tensor:
-    # leaves (parameters) enter as views, whose nodes the engine can tell to be needed or not (``_needed``)
-    views = (t.view_as(t) if t is not None and t.is_leaf and t.requires_grad else t for t in tensors)
-    return _DynamicProduct.apply(spec, switch, *views)
+    return _DynamicProduct.apply(spec, switch, *tensors)
 
 
 class DynamicLinear(nn.Module):

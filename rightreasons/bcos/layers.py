@@ -13,6 +13,11 @@ the release.
 (:func:`rightreasons.bcosify`): the same transform on a weight that is not normalised to unit norm (``"raw"``, the
 B-cosification release) or normalised and multiplied by a learnt per-output gain (``"gain"``), with an optional bias
 added after the transform. At ``B = 1`` both compute the pretrained layer ``wᵀx + b`` exactly.
+
+The backward is in closed form, so that a unit launches a few passes rather than autograd's many small operations
+(``make bench``, ``launches``): the normalised convolution (:class:`_NormalizedLinear`), the alignment scale
+(:class:`_AlignmentScale`) and the norm map (:class:`_Patches`), whose gradient a unit's own backward gives straight to
+its input.
 """
 
 from __future__ import annotations
@@ -26,8 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..choices import WEIGHT_MODES
-from .dynamic import DynamicLinear, Recomputed, _reduce_to
-from .norms import _affine  # ``g · out + b`` per channel: the norms' affine step, here a unit's gain and bias
+from .dynamic import DynamicLinear, Recomputed, _reduce_to, _same
 
 __all__ = ["BcosConv2d", "BcosLinear", "BcosifiedConv2d", "BcosifiedLinear", "LogitLayer", "WEIGHT_MODES", "WeightMode",
            "default_logit_bias"]
@@ -45,44 +49,153 @@ def _check_bcos_args(b: float, max_out: int, bias: bool, name: str) -> None:
 
 
 @dataclass(frozen=True)
+class _Patches:
+    """A conv unit's receptive fields, for its norm map ``sqrt(Σ_patch Σ_c x² + 1e-6)`` (channels summed per group):
+    the map itself (B-cos v2 numerics) and, for units without dilation, its gradient in closed form."""
+
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+
+    @property
+    def patch_size(self) -> int:
+        return self.kernel_size[0] * self.kernel_size[1]
+
+    @property
+    def pooled(self) -> bool:
+        """Whether the patch sums are an average pooling (times the patch size), not the squares themselves."""
+        return self.kernel_size != (1, 1) or self.stride != (1, 1) or self.padding != (0, 0)
+
+    def norms(self, x: Tensor) -> Tensor:
+        """``[N, C, H, W] -> [N, groups, H', W']``: the release's operations (a dilated unit sums the squares with a
+        ones-kernel convolution, an undilated one pools them)."""
+        squares = x.square()
+        if self.groups == 1:
+            squares = squares.sum(1, keepdim=True)
+        else:
+            squares = squares.unflatten(1, (self.groups, -1)).sum(2)
+        if self.dilation != (1, 1):
+            ones = squares.new_ones(self.groups, 1, *self.kernel_size)
+            sums = F.conv2d(squares, ones, None, self.stride, self.padding, self.dilation, self.groups)
+        elif self.pooled:
+            sums = F.avg_pool2d(squares, self.kernel_size, self.stride, self.padding) * self.patch_size
+        else:
+            sums = squares
+        return (sums + 1e-6).sqrt()
+
+    def input_grad(self, x: Tensor, grad: Tensor) -> Tensor:
+        """The gradient to ``x [N, C, H, W]`` of ``½ · avgpool(Σ_c x²)`` (per group; no dilation) under ``grad``
+        (``[N, groups, H', W']``, or with a singleton dimension after the groups): ``x · avgpool'(grad)``. The norm
+        map's gradient ``g`` is this under ``g · k / norm``."""
+        groups = self.groups
+        grad = grad.to(x.dtype)  # the squares' precision, as autograd gives it
+        if grad.dim() != 4:
+            grad = grad.reshape(x.shape[0], groups, *grad.shape[-2:])
+        if self.pooled:  # the pooling's input only lends its shape: the gradient itself where the pooling keeps it
+            like = grad if grad.shape[-2:] == x.shape[-2:] else x.narrow(1, 0, groups)
+            grad = torch.ops.aten.avg_pool2d_backward(grad, like, self.kernel_size, self.stride, self.padding, False,
+                                                      True, None)
+        if groups == 1:
+            return x * grad
+        return (x.unflatten(1, (groups, -1)) * grad.unsqueeze(2)).flatten(1, 2)
+
+
+class _PatchNorms(torch.autograd.Function):
+    """:meth:`_Patches.norms` (no dilation) with a closed-form backward from the input and the map, stored instead of
+    the pooled squares; differentiable again (its backward is made of differentiable operations)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, patches: _Patches) -> Tensor:  # noqa: D102
+        norm = patches.norms(x)
+        ctx.save_for_backward(x, norm)
+        ctx.patches = patches
+        ctx.set_materialize_grads(False)
+        return norm
+
+    @staticmethod
+    def backward(ctx, grad: Tensor | None) -> tuple[Tensor | None, None]:  # noqa: D102
+        if grad is None:
+            return None, None
+        x, norm = ctx.saved_tensors
+        return ctx.patches.input_grad(x, grad / (norm / ctx.patches.patch_size)), None
+
+
+def _patch_norms(x: Tensor, patches: _Patches) -> Tensor:
+    """The norm map of ``x`` (:meth:`_Patches.norms`), in closed form (:class:`_PatchNorms`) outside a compiled graph
+    where it has one."""
+    if patches.dilation == (1, 1) and x.requires_grad and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        return _PatchNorms.apply(x, patches)
+    return patches.norms(x)
+
+
+@dataclass(frozen=True)
 class _AlignmentScale:
     """The dynamic weight ``|cos|^(B-1)`` with ``cos = out / norm`` (B-cos v2 numerics), recomputed in the backward
     from the unit's linear output and its norm map, the two tensors a unit stores (besides its input, for the weight
-    gradient). A unit scales its own linear output: the product is ``self(out, norm) · out``."""
+    gradient). A unit scales its own linear output: the product is ``self(out, norm) · out``.
+
+    With ``patches`` (a conv unit's receptive fields, without dilation), the unit's input is a third input, unused by
+    the value: the closed-form backward of a unit gives the norm map's gradient to it directly (the map is a function
+    of the input alone), so that the map's own backward never runs."""
 
     b: float
+    patches: _Patches | None = None
 
-    def __call__(self, out: Tensor, norm: Tensor) -> Tensor:
+    def __call__(self, out: Tensor, norm: Tensor, _source: Tensor | None = None) -> Tensor:
         if self.b == 2:
             return out.abs() / norm
         return ((out / norm).abs() + 1e-6).pow(self.b - 1)
 
-    def product_vjp(self, tensors: tuple[Tensor, Tensor, Tensor], grad: Tensor,
-                    wrt: tuple[bool, bool, bool]) -> tuple[Tensor | None, ...]:
-        """Gradients of ``self(out, norm) · x`` with ``x = out`` to ``x``, ``out`` (through the scale) and ``norm``
-        (those marked ``wrt``) in closed form, a few elementwise passes. Both routes to ``out`` end in the same tensor,
-        so only their sum matters: it is given to ``x`` and ``None`` to ``out`` where both are wanted."""
-        x, out, norm = tensors
-        if self.b == 2:  # scale = |out| / norm; through it: grad · x · sgn(out) / norm = grad · scale, as x = out
-            both = wrt[0] and wrt[1]
-            scaled = grad * out.abs() / (norm / 2 if both else norm)  # grad · scale (twice: both routes in one pass)
-            grads: tuple[Tensor | None, ...] = (scaled, None) if both else (scaled,) if wrt[0] or wrt[1] else ()
-            if wrt[2]:  # d scale / d norm = -scale / norm
-                grads += (_reduce_to(scaled * x, norm.shape) / (norm * (-2 if both else -1)),)
-            return grads
-        scaled = grad * self(out, norm)
-        if not (wrt[1] or wrt[2]):
-            return (scaled,) if wrt[0] else ()
-        cos = out / norm
-        grad_cos = grad * x * (self.b - 1) * (cos.abs() + 1e-6).pow(self.b - 2) * cos.sgn()
-        grads = ((scaled + grad_cos / norm, None) if wrt[0] and wrt[1] else (scaled,) if wrt[0]
-                 else (grad_cos / norm,) if wrt[1] else ())
-        return grads + ((-_reduce_to(grad_cos * cos, norm.shape) / norm,) if wrt[2] else ())
+    def product_vjp(self, tensors: tuple[Tensor, ...], grad: Tensor,
+                    wrt: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
+        """Gradients of ``self(out, norm) · x`` to ``x``, ``out`` (through the scale), ``norm`` and the unit's input
+        (those marked ``wrt``; ``tensors = (x, out, norm[, input])``) in closed form, a few elementwise passes.
+
+        Where ``x`` is ``out`` (a unit's own backward) both routes to it end in the same tensor, so only their sum
+        matters: it is given to ``x`` and ``None`` to ``out``; and where the input is given, the norm map's gradient
+        goes on to it (``None`` to ``norm``). A second backward, which runs before the forward's own, leaves it to the
+        small norm map instead of holding an input-sized gradient until then."""
+        x, out, norm, *source = tensors
+        merged = wrt[0] and wrt[1] and _same(x, out)
+        grads: list[Tensor | None] = [None] * len(tensors)
+        # the norm's gradient is −moment / (factor · norm), moment = factor · Σ_channels grad · x · (−norm ∂scale/∂norm)
+        moment, factor = None, 1.0
+        if self.b == 2:  # scale = |out| / norm: ∂/∂out = sgn(out) / norm, −norm ∂/∂norm = scale
+            if merged:  # grad · x · sgn(out) / norm = grad · scale, as x = out: twice grad · scale in one pass
+                grads[0] = twice = grad * out.abs() / (norm / 2)
+                moment, factor = (_reduce_to(twice * x, norm.shape) if wrt[2] else None), 2.0
+            else:
+                scale = self(out, norm)
+                grads[0] = grad * scale if wrt[0] else None
+                through = grad * x if wrt[1] or wrt[2] else None
+                grads[1] = through * out.sgn() / norm if wrt[1] else None
+                moment = _reduce_to(through * scale, norm.shape) if wrt[2] else None
+        else:  # scale = (|c| + 1e-6)^(B-1), c = out / norm: ∂/∂out = ∂scale/∂c / norm, −norm ∂/∂norm = ∂scale/∂c · c
+            grads[0] = grad * self(out, norm) if wrt[0] else None
+            if wrt[1] or wrt[2]:
+                cos = out / norm
+                grad_cos = grad * x * (self.b - 1) * (cos.abs() + 1e-6).pow(self.b - 2) * cos.sgn()
+                grads[1] = grad_cos / norm if wrt[1] else None
+                moment = _reduce_to(grad_cos * cos, norm.shape) if wrt[2] else None
+            if merged:
+                grads[0], grads[1] = grads[0] + grads[1], None
+        if merged and source and wrt[2] and wrt[3]:  # on to the input: as grad_norm · k / norm (_Patches.input_grad)
+            patch_size = self.patches.patch_size
+            grads[3] = self.patches.input_grad(source[0], moment / (norm.square() * (-factor / patch_size)))
+        elif wrt[2]:
+            grads[2] = moment / (norm * -factor)
+        return tuple(g for g, need in zip(grads, wrt) if need)
 
 
-def _alignment(out: Tensor, norm: Tensor, b: float) -> Recomputed:
-    """``|cos|^(B-1)`` as a dynamic weight recomputed in the backward (:class:`_AlignmentScale`)."""
-    return Recomputed(_AlignmentScale(b), (out, norm))
+def _alignment(out: Tensor, norm: Tensor, b: float, source: Tensor | None = None,
+               patches: _Patches | None = None) -> Recomputed:
+    """``|cos|^(B-1)`` as a dynamic weight recomputed in the backward (:class:`_AlignmentScale`); with the unit's
+    input ``source`` and its receptive fields (no dilation), the norm map is differentiated in closed form."""
+    if source is None or patches is None or patches.dilation != (1, 1):
+        return Recomputed(_AlignmentScale(b), (out, norm))
+    return Recomputed(_AlignmentScale(b, patches), (out, norm, source))
 
 
 def _unit_normalized(w: Tensor) -> Tensor:
@@ -105,10 +218,17 @@ class _NormalizedLinear:
 
     def vjp(self, tensors: tuple[Tensor, Tensor], grad: Tensor, wrt: tuple[bool, bool]) -> tuple[Tensor, ...]:
         """Gradients to ``x`` and ``w`` (those marked ``wrt``) from differentiable operations."""
+        return self.value_and_vjp(tensors, grad, wrt, value=False)[1:]
+
+    def value_and_vjp(self, tensors: tuple[Tensor, Tensor], grad: Tensor, wrt: tuple[bool, bool],
+                      value: bool = True) -> tuple[Tensor | None, ...]:
+        """The product at ``tensors`` (``None`` unless ``value``) and its gradients (:meth:`vjp`), from one
+        normalised weight (a second backward needs both)."""
         x, w = tensors
         dims = tuple(range(1, w.dim()))
         norm = torch.linalg.vector_norm(w, dim=dims, keepdim=True)
         w_hat = w / norm
+        out = None if not value else F.linear(x, w_hat) if self.conv is None else F.conv2d(x, w_hat, None, *self.conv)
         x_, w_hat_ = x.to(grad.dtype), w_hat.to(grad.dtype)  # the forward's precision (e.g. under autocast)
         if self.conv is None:
             grad_x = grad @ w_hat_ if wrt[0] else None
@@ -118,10 +238,20 @@ class _NormalizedLinear:
             grad_x, grad_w_hat, _ = torch.ops.aten.convolution_backward(
                 grad, x_, w_hat_, None, stride, padding, dilation, False, (0, 0), groups, (wrt[0], wrt[1], False))
         grad_w_hat = None if grad_w_hat is None else grad_w_hat.to(w.dtype)
-        grads = (grad_x,) if wrt[0] else ()
-        if wrt[1]:  # through ŵ = w / ‖w‖
-            grads += ((grad_w_hat - w_hat * (w_hat * grad_w_hat).sum(dims, keepdim=True)) / norm,)
+        grads = (out, grad_x) if wrt[0] else (out,)
+        if wrt[1]:  # through ŵ = w / ‖w‖: (g − ŵ ⟨ŵ, g⟩) / ‖w‖
+            grads += (torch.addcmul(grad_w_hat, w_hat, (w_hat * grad_w_hat).sum(dims, keepdim=True), value=-1) / norm,)
         return grads
+
+
+def _affine(y: Tensor, gain: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
+    """``gain · y + bias`` per output (each viewed as ``shape``; each term only where present): a B-cosified unit's
+    gain and bias."""
+    if gain is not None:
+        y = y * gain.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y
 
 
 def _max_out(out: Tensor, units: int, max_out: int, dim: int) -> Tensor:
@@ -181,21 +311,13 @@ class BcosConv2d(DynamicLinear):
         """``ŵ``: every filter scaled to unit L2 norm over (in, kh, kw). ``[out·max_out, in/groups, kh, kw]``."""
         return _unit_normalized(self.linear.weight)
 
+    def _patches(self) -> _Patches:
+        """The unit's receptive fields (kernel, stride, padding, dilation, groups)."""
+        return _Patches(self.kernel_size, self.stride, self.padding, self.dilation, self.groups)
+
     def patch_norms(self, x: Tensor) -> Tensor:
         """``‖x‖`` per zero-padded receptive field and group: ``[N, groups, H', W']``."""
-        squares = x.square()
-        if self.groups == 1:
-            squares = squares.sum(1, keepdim=True)
-        else:
-            squares = squares.unflatten(1, (self.groups, -1)).sum(2)
-        if self.dilation != (1, 1):
-            ones = squares.new_ones(self.groups, 1, *self.kernel_size)
-            sums = F.conv2d(squares, ones, None, self.stride, self.padding, self.dilation, self.groups)
-        elif self.kernel_size == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0):
-            sums = squares
-        else:
-            sums = F.avg_pool2d(squares, self.kernel_size, self.stride, self.padding) * self.patch_size
-        return (sums + 1e-6).sqrt()
+        return _patch_norms(x, self._patches())
 
     def forward(self, x: Tensor) -> Tensor:
         """``[N, C_in, H, W] -> [N, C_out, H', W']``."""
@@ -207,11 +329,12 @@ class BcosConv2d(DynamicLinear):
         out = _max_out(out, self.out_channels, self.max_out, dim=1)
         if self.b == 1:
             return out
-        norm = self.patch_norms(x)
+        patches = self._patches()
+        norm = _patch_norms(x, patches)
         if self.groups == 1:
-            return self.dynamic(_alignment(out, norm, self.b), out)
+            return self.dynamic(_alignment(out, norm, self.b, x, patches), out)
         grouped = out.unflatten(1, (self.groups, -1))
-        return self.dynamic(_alignment(grouped, norm.unsqueeze(2), self.b), grouped).flatten(1, 2)
+        return self.dynamic(_alignment(grouped, norm.unsqueeze(2), self.b, x, patches), grouped).flatten(1, 2)
 
     def extra_repr(self) -> str:
         return f"B={self.b}" + (f", max_out={self.max_out}" if self.max_out > 1 else "")

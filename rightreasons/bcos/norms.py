@@ -6,6 +6,10 @@ Every norm here computes ``y = γ · (x − μ) / σ (+ β)`` where ``1/σ`` is 
 deviation of the centred input, biased); together with :func:`NoBias` they keep a network free of additive terms, so
 that ``logit − logit_bias == Σ W(x) ⊙ x`` holds exactly.
 
+The backward is in closed form (a norm's product with its std, :class:`_Std`; its statistics, :class:`_Statistics`),
+and a norm's own backward gives the gradient of its batch variance straight to its input (``make bench``,
+``launches``).
+
 Statistics are taken over (the name says which)
 
 ================  ==================  =====================================
@@ -34,6 +38,7 @@ of a distributed run (synchronised BatchNorm, :mod:`rightreasons.bcos.sync`), ta
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
@@ -44,7 +49,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .collectives import statistics_group, synchronised_statistics
-from .dynamic import DynamicLinear, _reduce_to
+from .dynamic import DynamicLinear, Recomputed, _reduce_to, _same
 
 __all__ = [
     "AllNorm2d", "AllNormUncentered2d", "BatchNorm2d", "BatchNormUncentered2d", "GNInstanceNorm2d",
@@ -57,74 +62,136 @@ __all__ = [
 
 
 def _normalize(module: nn.Module, x: Tensor, var: Tensor, mean: Tensor | None, shape: tuple[int, ...],
-               flatten_groups: bool = False) -> Tensor:
-    """``γ · (x − mean) / sqrt(var + eps) + β`` (``[N, G, C/G, H, W]`` groups flattened to ``[N, C, H, W]`` first),
-    each term only where present, with the std as the dynamic divisor: one product that stores only ``x``, the std and
-    the affine parameters; a plain computation in the norms of standard models
-    (:class:`~rightreasons.bcos.sync.SyncBatchNorm2d`)."""
-    std = (var + module.eps).sqrt()
-    extras = (mean, module.weight, module.bias)
-    normalized = _Normalized(shape, flatten_groups)
+               flatten_groups: bool = False, source: Tensor | None = None) -> Tensor:
+    """``γ · (x − mean) / sqrt(var + eps) + β`` (``[N, G, C/G, H, W]`` groups flattened to ``[N, C, H, W]`` first,
+    ``γ`` and ``β`` viewed as ``shape``), each term only where present, with the std as the dynamic divisor: one
+    product that stores only ``x``, the statistics and the affine parameters, and recomputes the std; a plain
+    computation in the norms of standard models (:class:`~rightreasons.bcos.sync.SyncBatchNorm2d`). ``source``:
+    ``x`` where ``var`` (and ``mean``) are its own statistics, so that a training backward differentiates them in
+    closed form (``None``: statistics taken elsewhere, of a whole batch or of every process's, or running ones)."""
+    variance = var + module.eps
+    extras = (mean, *(None if p is None else p.view(shape) for p in (module.weight, module.bias)))
+    normalized = _Normalized(flatten_groups)
     if isinstance(module, DynamicLinear):
-        return module.dynamic(std, x, normalized, extras)
-    return normalized(std, x, *extras)
+        return module.dynamic(Recomputed(_Std(normalized), (variance, source)), x, normalized, extras)
+    return normalized(variance.sqrt(), x, *extras)
 
 
 @dataclass(frozen=True)
 class _Normalized:
     """``γ · (x − mean) / std + β`` as a product of :func:`~rightreasons.bcos.dynamic.dynamic_apply` (``γ`` and ``β``
-    viewed as ``shape``), with its gradients in closed form: an explanation's backward is one pass over ``x``."""
+    given in the output's broadcast shape). Elementwise in ``x``; the mean and ``β`` (extras 0 and 2) are offsets,
+    added rather than multiplied with ``x``."""
 
-    shape: tuple[int, ...]
     flatten_groups: bool
+    elementwise = True
+    offsets = (0, 2)
 
-    def __call__(self, std: Tensor, x: Tensor, mean: Tensor | None, weight: Tensor | None,
-                 bias: Tensor | None) -> Tensor:
+    def __call__(self, std: Tensor, x: Tensor, mean: Tensor | None, gamma: Tensor | None,
+                 beta: Tensor | None) -> Tensor:
         y = (x if mean is None else x - mean) / std
-        return _affine(y.flatten(1, 2) if self.flatten_groups else y, weight, bias, self.shape)
+        y = y.flatten(1, 2) if self.flatten_groups else y
+        y = y if gamma is None else y * gamma
+        return y if beta is None else y + beta
 
-    def vjp(self, tensors: tuple[Tensor | None, ...], grad: Tensor, wrt: tuple[bool, ...]) -> tuple[Tensor, ...]:
-        """Gradients to ``x``, ``std``, ``mean``, ``γ`` and ``β`` (those marked ``wrt``) from differentiable
-        operations."""
-        x, std, mean, weight, bias = tensors
-        gamma = None if weight is None else weight.view(self.shape)
-        if self.flatten_groups:
+
+@dataclass(frozen=True)
+class _Std:
+    """A norm's dynamic weight, the std ``sqrt(variance)`` of ``variance = var + eps`` (and of ``source``, unused by
+    the value: the input whose statistics ``var`` and a centred norm's mean are, where they are), with the gradients
+    of the norm's product (:class:`_Normalized`) in closed form: an explanation's backward is one pass over ``x``, and
+    a training backward differentiates the statistics of ``source`` itself, so that their own backward never runs."""
+
+    normalized: _Normalized
+
+    def __call__(self, variance: Tensor, _source: Tensor | None = None) -> Tensor:
+        return variance.sqrt()
+
+    def product_vjp(self, tensors: tuple[Tensor | None, ...], grad: Tensor,
+                    wrt: tuple[bool, ...]) -> tuple[Tensor, ...]:
+        """Gradients to ``x``, ``variance``, ``source``, ``mean``, ``γ`` and ``β`` (those marked ``wrt``) from
+        differentiable operations. Where ``source`` is ``x`` (a norm's own backward), the variance's gradient goes on
+        to it, ``d var / dx = 2 (x − μ) / M``, added to ``x``'s (``None`` to ``variance``). A second backward, which
+        runs before the forward's own, leaves it to the small variance instead of holding an input-sized gradient
+        until then."""
+        x, variance, source, mean, weight, bias = tensors
+        std = variance.sqrt()
+        gamma = weight
+        if self.normalized.flatten_groups:
             grad = grad.unflatten(1, x.shape[1:3])
             gamma = None if gamma is None else gamma.unflatten(1, x.shape[1:3])
-        scale = 1 / std if gamma is None else gamma / std
-        grad_x = grad * scale if wrt[0] or wrt[2] else None
+        scale = std.reciprocal() if gamma is None else gamma / std
+        grads: list[Tensor | None] = [None] * len(tensors)
+        grad_x = grad * scale if wrt[0] or wrt[1] or wrt[3] else None
         centred = x if mean is None else x - mean
         # Σ grad · (x − mean) over what std and γ are shared across: their gradients follow from it without another
         # pass over x where they share the same shape (every norm but PositionNorm and GroupNorm's γ)
         shared = gamma is None or gamma.shape == std.shape
-        moment = (_reduce_to(grad * centred, std.shape) if shared else None) if wrt[1] or wrt[3] else None
-        grads = (grad_x,) if wrt[0] else ()
-        if wrt[1]:
-            grads += (-moment * scale / std if shared else _reduce_to(-grad_x * centred / std, std.shape),)
-        if wrt[2]:
-            grads += (_reduce_to(-grad_x, mean.shape),)
+        moment = _reduce_to(grad * centred, std.shape) if shared and (wrt[1] or wrt[4]) else None
+        grads[0] = grad_x if wrt[0] else None
+        if wrt[1]:  # ∂/∂variance of γ (x − mean) / std = −γ (x − mean) / (2 std · variance)
+            along = moment * scale if shared else _reduce_to(grad_x * centred, std.shape)  # Σ grad γ (x − mean) / std
+            if wrt[0] and wrt[2] and _same(x, source):  # var = mean((x − μ)²) over what var is shared across
+                deviation = centred if mean is not None else x - x.mean(
+                    [d for d, n in enumerate(variance.shape) if n == 1], keepdim=True)
+                grads[0] = torch.addcmul(grad_x, deviation, along / (variance * -(x.numel() // variance.numel())))
+            else:
+                grads[1] = along / (variance * -2)
         if wrt[3]:
-            normalized = moment / std if shared else grad * centred / std
-            grads += (_reduce_to(normalized, gamma.shape).reshape(weight.shape),)
+            grads[3] = _reduce_to(-grad_x, mean.shape)
         if wrt[4]:
-            grads += (_reduce_to(grad.flatten(1, 2) if self.flatten_groups else grad, bias.view(self.shape).shape)
-                      .reshape(bias.shape),)
-        return grads
+            normalized = moment / std if shared else grad * centred / std
+            grads[4] = _reduce_to(normalized, gamma.shape)
+            grads[4] = grads[4] if grads[4].shape == weight.shape else grads[4].reshape(weight.shape)
+        if wrt[5]:
+            grads[5] = _reduce_to(grad.flatten(1, 2) if self.normalized.flatten_groups else grad, bias.shape)
+        return tuple(g for g, need in zip(grads, wrt) if need)
 
 
 def _statistics(x: Tensor, dim: int | tuple[int, ...], centred: bool, keepdim: bool) -> tuple[Tensor, Tensor | None]:
-    """Biased variance over ``dim`` and, for centred norms, the mean (``None`` otherwise)."""
+    """Biased variance over ``dim`` and, for centred norms, the mean (``None`` otherwise); differentiable, in closed
+    form (:class:`_Statistics`) outside a compiled graph."""
+    if x.requires_grad and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        stats = _Statistics.apply(x, dim, centred, keepdim)
+        return stats if centred else (stats, None)
     if centred:
         return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)
     return torch.var(x, dim=dim, unbiased=False, keepdim=keepdim), None
 
 
-def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
-    if weight is not None:
-        y = y * weight.view(shape)
-    if bias is not None:
-        y = y + bias.view(shape)
-    return y
+class _Statistics(torch.autograd.Function):
+    """``torch.var`` (``torch.var_mean`` where centred) of ``x`` over ``dim``, biased, with a closed-form backward from
+    ``x`` alone: ``d var / dx = 2 (x − μ) / M`` and ``d mean / dx = 1 / M`` for ``M`` values per statistic;
+    differentiable again (its backward is made of differentiable operations)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int | tuple[int, ...], centred: bool,  # noqa: D102
+                keepdim: bool) -> Tensor | tuple[Tensor, Tensor]:
+        ctx.save_for_backward(x)
+        ctx.dim, ctx.keepdim = (dim,) if isinstance(dim, int) else tuple(dim), keepdim
+        ctx.set_materialize_grads(False)
+        if centred:
+            return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)
+        return torch.var(x, dim=dim, unbiased=False, keepdim=keepdim)
+
+    @staticmethod
+    def backward(ctx, grad_var: Tensor | None, grad_mean: Tensor | None = None):  # noqa: D102
+        (x,) = ctx.saved_tensors
+        dims = [d % x.dim() for d in ctx.dim]
+        kept = [1 if d in dims else n for d, n in enumerate(x.shape)]  # a statistic's shape with its dims kept
+        count = x.numel() // max(1, math.prod(kept))
+        grad = None
+        if grad_var is not None:
+            grad = (x - x.mean(dims, keepdim=True)) * (_kept(grad_var, kept) * (2 / count))
+        if grad_mean is not None:
+            share = (_kept(grad_mean, kept) / count).expand(x.shape)
+            grad = share if grad is None else grad + share
+        return grad, None, None, None
+
+
+def _kept(statistic: Tensor, shape: list[int]) -> Tensor:
+    """A statistic in ``shape``, the shape with its reduced dimensions kept."""
+    return statistic if list(statistic.shape) == shape else statistic.reshape(shape)
 
 
 def _check_4d(module: nn.Module, x: Tensor) -> None:
@@ -179,6 +246,7 @@ class RunningStatsNorm(nn.BatchNorm2d):
         _check_4d(self, x)
         shape = (1, -1, 1, 1)
         from_batch = self.training or self.running_var is None
+        source = None  # x where the statistics are those of x itself
         if from_batch and self._shared:  # a part of a batch whose statistics were recorded: reuse them
             var, mean = self._shared[0]
             var, mean = var.reshape(shape), None if mean is None else mean.reshape(shape)
@@ -188,18 +256,18 @@ class RunningStatsNorm(nn.BatchNorm2d):
                 self._shared.append((var, mean))
             if self.training and self.track_running_stats:
                 m = self._momentum()
-                with torch.no_grad():
+                with torch.no_grad():  # (1 − m) · running + m · batch, in place (var [C] or 0-dim broadcasts)
                     if self.centred:
-                        unbiased = var.reshape(-1) * (n / (n - 1).clamp(min=1) if isinstance(n, Tensor)
-                                                      else n / max(n - 1, 1))
-                        self.running_mean.copy_((1 - m) * self.running_mean + m * mean.reshape(-1))
-                        self.running_var.copy_((1 - m) * self.running_var + m * unbiased)
+                        unbiased = var * (n / (n - 1).clamp(min=1) if isinstance(n, Tensor) else n / max(n - 1, 1))
+                        self.running_mean.mul_(1 - m).add_(m * mean)
+                        self.running_var.mul_(1 - m).add_(m * unbiased)
                     else:
-                        self.running_var.copy_((1 - m) * self.running_var + m * var.reshape(-1))
+                        self.running_var.mul_(1 - m).add_(m * var)
+            source = x if self.synchronised_group() is None else None
             var, mean = var.reshape(shape), None if mean is None else mean.reshape(shape)
         else:
             var, mean = self.running_var.view(shape), self.running_mean.view(shape) if self.centred else None
-        return _normalize(self, x, var, mean, shape)
+        return _normalize(self, x, var, mean, shape, source=source)
 
 
 class BatchNormUncentered2d(RunningStatsNorm, DynamicLinear):
@@ -238,7 +306,7 @@ class _GroupStatsNorm(nn.GroupNorm, DynamicLinear):
         _check_4d(self, x)
         grouped = x.unflatten(1, (self.num_groups, -1))
         var, mean = _statistics(grouped, (2, 3, 4), self.centred, keepdim=True)
-        return _normalize(self, grouped, var, mean, (1, -1, 1, 1), flatten_groups=True)
+        return _normalize(self, grouped, var, mean, (1, -1, 1, 1), flatten_groups=True, source=grouped)
 
 
 class GroupNormUncentered2d(_GroupStatsNorm):
@@ -298,7 +366,7 @@ class _ChannelStatsNorm(nn.LayerNorm, DynamicLinear):
             _check_4d(self, x)
         dim, shape = (1, (1, -1, 1, 1)) if self.channels_first else (-1, (-1,))
         var, mean = _statistics(x, dim, self.centred, keepdim=True)
-        return _normalize(self, x, var, mean, shape)
+        return _normalize(self, x, var, mean, shape, source=x)
 
 
 class PositionNormUncentered2d(_ChannelStatsNorm):
