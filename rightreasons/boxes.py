@@ -108,43 +108,58 @@ def boxes_to_masks(boxes: Tensor, box_labels: Tensor, classes: int | Sequence[in
     labels = torch.as_tensor(box_labels).as_subclass(Tensor).reshape(-1).to(plain.device)
     if len(labels) != len(plain):
         raise ValueError(f"got {len(plain)} boxes but {len(labels)} box labels")
-    xs = (torch.arange(w, device=plain.device) + 0.5) * (cw / w)
-    ys = (torch.arange(h, device=plain.device) + 0.5) * (ch / h)
-    in_x = (xs >= plain[:, 0:1]) & (xs < plain[:, 2:3])  # [B, w]
-    in_y = (ys >= plain[:, 1:2]) & (ys < plain[:, 3:4])  # [B, h]
-    per_box = in_y[:, :, None] & in_x[:, None, :]  # [B, h, w]
-    select = labels[None, :] == wanted[:, None]  # [T, B]
-    masks = (select[:, :, None, None] & per_box[None]).any(dim=1)  # [T, h, w]
-    fallback = (select[:, :, None, None] & _centre_pixels(plain, (ch, cw), (h, w))[None]).any(dim=1)  # [T, h, w]
-    masks = torch.where(masks.flatten(1).any(1)[:, None, None], masks, fallback)
+    rows, members = (labels[None, :] == wanted[:, None]).nonzero(as_tuple=True)  # (class row, box) pairs
+    masks = _rasterised(plain[members], rows, len(wanted), torch.tensor([[ch, cw]]).expand(len(members), 2), (h, w))
     return masks[0] if single else masks
-
-
-def _centre_pixels(boxes: Tensor, canvas: tuple[int, int], size: tuple[int, int]) -> Tensor:
-    """``[B, h, w]`` bool: for each box ``[B, 4]`` with ``x1 < x2``, ``y1 < y2`` and its centre inside the canvas
-    ``(H, W)``, the one pixel of an ``(h, w)`` mask that holds its centre (the tiny-box rule of the module docstring);
-    nothing for the other boxes."""
-    (ch, cw), (h, w) = canvas, size
-    cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
-    valid = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]) & (cx >= 0) & (cx < cw) & (cy >= 0) & (cy < ch)
-    out = torch.zeros(len(boxes), h, w, dtype=torch.bool, device=boxes.device)
-    index = valid.nonzero()[:, 0]
-    rows = (cy[index] * (h / ch)).long().clamp(max=h - 1)
-    cols = (cx[index] * (w / cw)).long().clamp(max=w - 1)
-    out[index, rows, cols] = True
-    return out
 
 
 def class_masks(boxes: Sequence[Tensor], box_labels: Sequence[Tensor], targets: Tensor | Sequence[int],
                 size: tuple[int, int], canvas: tuple[int, int] | None = None) -> Tensor:
     """Batch form of :func:`boxes_to_masks`: ``[N, h, w]`` masks of class ``targets[n]`` for image ``n`` (boxes and
-    labels as lists of length N, as in a collated batch)."""
+    labels as lists of length N, as in a collated batch; ``canvas`` for all, else each image's
+    ``tv_tensors.BoundingBoxes``). One rasterisation for the whole batch, a few dozen operations whatever N."""
     if not len(boxes) == len(box_labels) == len(targets):
         raise ValueError(f"got {len(boxes)} box lists, {len(box_labels)} label lists and {len(targets)} targets")
     if not len(boxes):
         return torch.zeros(0, *size, dtype=torch.bool)
-    return torch.stack([boxes_to_masks(b, lab, int(t), size, canvas)
-                        for b, lab, t in zip(boxes, box_labels, targets)])
+    counts = [len(b) for b in boxes]
+    for i, (b, lab) in enumerate(zip(boxes, box_labels)):
+        if len(torch.as_tensor(lab).reshape(-1)) != len(b):
+            raise ValueError(f"image {i}: got {len(b)} boxes but {len(torch.as_tensor(lab).reshape(-1))} box labels")
+    canvases = torch.tensor([canvas_size(b, canvas) for b in boxes]).repeat_interleave(torch.tensor(counts), 0)
+    plain = _plain(torch.cat([_plain(b) for b in boxes]))
+    labels = torch.cat([torch.as_tensor(lab).as_subclass(Tensor).reshape(-1).long() for lab in box_labels])
+    owners = torch.repeat_interleave(torch.arange(len(boxes)), torch.tensor(counts))
+    members = (labels == torch.as_tensor(targets).long().reshape(-1)[owners]).nonzero()[:, 0]
+    return _rasterised(plain[members], owners[members], len(boxes), canvases[members], size)
+
+
+def _rasterised(boxes: Tensor, rows: Tensor, count: int, canvases: Tensor, size: tuple[int, int]) -> Tensor:
+    """``[count, h, w]`` bool: row ``r`` the union of the masks (pixel rule) of the boxes ``boxes [P, 4]`` with
+    ``rows[p] == r``, each on its canvas ``canvases [P, 2] = (H, W)``; a row none of whose boxes holds a pixel centre
+    gets the pixels of its boxes' centres instead (the tiny-box rule of the module docstring)."""
+    h, w = size
+    # canvas units per mask pixel and back, each rounded once to float32 (the arithmetic of one box at a time)
+    to_canvas = (canvases.double() / torch.tensor([h, w], dtype=torch.float64)).float()  # [P, 2]
+    scale = (torch.tensor([h, w], dtype=torch.float64) / canvases.double()).float()
+    xs = (torch.arange(w) + 0.5)[None, :] * to_canvas[:, 1:]  # [P, w]: pixel centres in canvas units
+    ys = (torch.arange(h) + 0.5)[None, :] * to_canvas[:, :1]
+    in_x = (xs >= boxes[:, 0:1]) & (xs < boxes[:, 2:3])
+    in_y = (ys >= boxes[:, 1:2]) & (ys < boxes[:, 3:4])
+    per_box = in_y[:, :, None] & in_x[:, None, :]  # [P, h, w]
+    cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    valid = ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]) & (cx >= 0) & (cx < canvases[:, 1])
+             & (cy >= 0) & (cy < canvases[:, 0]))
+    centre_rows = (cy * scale[:, 0]).long().clamp(max=h - 1)
+    centre_cols = (cx * scale[:, 1]).long().clamp(max=w - 1)
+    centre = ((torch.arange(h)[None, :] == centre_rows[:, None])[:, :, None]
+              & (torch.arange(w)[None, :] == centre_cols[:, None])[:, None, :] & valid[:, None, None])
+
+    def union(per: Tensor) -> Tensor:
+        return torch.zeros(count, h * w).index_add_(0, rows, per.flatten(1).float()).view(count, h, w) > 0
+
+    masks = union(per_box)
+    return torch.where(masks.flatten(1).any(1)[:, None, None], masks, union(centre))
 
 
 def outline(box: Sequence[float]) -> tuple[float, float, float, float]:

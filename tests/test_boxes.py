@@ -158,3 +158,19 @@ def test_energy_loss_is_one_minus_epg_also_in_the_degenerate_cases():
     metric.update(maps, masks)
     assert torch.allclose(metric.compute().double(), epg(maps, masks).mean(), atol=1e-6)
     assert epg(maps, masks)[[1, 2]].eq(0).all() and epg(maps, masks)[3] < ENERGY_EPS and epg(maps, masks)[6] == 1
+
+
+def test_the_batch_rasterises_each_image_as_it_would_alone():
+    """``class_masks`` rasterises a whole batch at once; each image's mask is the one ``boxes_to_masks`` gives it
+    alone — fractional, border, sub-pixel and empty box lists, each image on a canvas of its own, at another size."""
+    generator = torch.Generator().manual_seed(1)
+    boxes, box_labels, targets = [], [], []
+    for i in range(9):
+        side = 20 + 7 * i
+        plain = _random_boxes(generator, i % 4, side)
+        boxes.append(tv_tensors.BoundingBoxes(plain, format="XYXY", canvas_size=(side, side)))
+        box_labels.append(torch.randint(0, 2, (len(plain),), generator=generator))
+        targets.append(i % 2)
+    batch = class_masks(boxes, box_labels, torch.tensor(targets), (16, 12))
+    alone = torch.stack([boxes_to_masks(b, lab, t, (16, 12)) for b, lab, t in zip(boxes, box_labels, targets)])
+    assert torch.equal(batch, alone) and batch.any() and not batch.all()
