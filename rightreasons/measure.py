@@ -226,7 +226,7 @@ class CudaSyncs:
             torch.cuda.set_sync_debug_mode(self._previous)
         self._warnings.__exit__(*exc)
         for w in self._record:
-            if "synchronizing" in str(w.message):
+            if "called a synchronizing" in str(w.message):  # not the prototype notice that the mode prints
                 self.syncs.append(Sync(str(w.message).split(".")[0], f"{Path(w.filename).name}:{w.lineno}"))
             else:  # not ours to swallow
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

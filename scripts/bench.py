@@ -202,36 +202,88 @@ def train_step_time(settings: Settings) -> list[Row]:
 def torch_compile(settings: Settings) -> list[Row]:
     """``torch.compile`` of a B-cos ResNet-18 vs torchvision's ResNet-18 (training mode): graph breaks (TorchDynamo's
     explain), compile time (the first compiled forward + backward), and the compiled B-cos step against its eager
-    self. ``--quick``: the ``aot_eager`` backend (traces, generates no kernels)."""
+    self; then the guided step (Energy at the input) and the e²KD step (``bcos_weights``) compiled whole
+    (:mod:`rightreasons.explain.functional`) against their eager selves, the guided step's graph breaks and its cold
+    compile time against the standard network's. ``--quick``: the ``aot_eager`` backend (traces, generates no
+    kernels)."""
     import torch._dynamo
     import torch._inductor.config
     from torchvision.models import resnet18
 
+    from rightreasons.distill import DistillObjective
+    from rightreasons.distill.explanations import teacher_outputs
+    from rightreasons.guidance import GuidanceObjective
+
     batch, size, repeats, warmup = (2, 32, 2, 1) if settings.quick else (8, 64, 10, 2)
     backend = "aot_eager" if settings.quick else "inductor"
-    x, labels, _, _ = boxed_batch(batch, size, settings.device)
+    x, labels, boxes, box_labels = boxed_batch(batch, size, settings.device)
     models = {"bcos": rr.create_model("bcos_resnet18", num_classes=20).train().to(settings.device),
               "standard": resnet18(num_classes=20).train().to(settings.device)}
     inputs = {"bcos": x, "standard": x[:, :3]}
     breaks = torch._dynamo.explain(models["bcos"])(x).graph_break_count
     compile_seconds, compiled = {}, {}
+
+    def cold(name: str, run: Callable[[], None]) -> None:
+        """The seconds of ``run``, the first call of a compiled step, with no kernel cached by an earlier run."""
+        start = time.perf_counter()
+        with torch._inductor.config.patch(force_disable_caches=True):
+            run()
+        compile_seconds[name] = time.perf_counter() - start
+
     for name, model in models.items():
         torch._dynamo.reset()
         compiled[name] = torch.compile(model, backend=backend)
-        start = time.perf_counter()
-        with torch._inductor.config.patch(force_disable_caches=True):  # cold: no kernels cached by an earlier run
-            step(plain_loss(compiled[name], inputs[name], labels))()
-        compile_seconds[name] = time.perf_counter() - start
+        cold(name, step(plain_loss(compiled[name], inputs[name], labels)))
     times = alternate({"compiled": step(plain_loss(compiled["bcos"], x, labels)),
                        "eager": step(plain_loss(models["bcos"], x, labels)),
                        "standard compiled": step(plain_loss(compiled["standard"], x[:, :3], labels)),
                        "standard eager": step(plain_loss(models["standard"], x[:, :3], labels))},
                       settings, repeats, warmup)
-    speed = statistics.median(e / c for c, e in zip(times["compiled"], times["eager"]))
-    cost = {kind: statistics.median(b / s for b, s in zip(times[bcos], times[standard]))
-            for kind, bcos, standard in (("compiled", "compiled", "standard compiled"),
-                                         ("eager", "eager", "standard eager"))}
+
+    # the guided and e²KD steps, compiled whole or eager (the library's double backward), on the same B-cos model
+    bcos, host_labels, has_boxes = models["bcos"], labels.cpu(), torch.ones(batch, dtype=torch.bool)
+    teacher = teacher_outputs(rr.create_model("bcos_resnet18", num_classes=20).eval().to(settings.device), x,
+                              "bcos_weights", "input")
+    guidance = {kind: GuidanceObjective("bcos", "input", "energy", compile=b)
+                for kind, b in (("eager", "no"), ("compiled", backend))}
+    distillation = {kind: DistillObjective("bcos_weights", "input", explanation_weight=1.0, compile=b)
+                    for kind, b in (("eager", "no"), ("compiled", backend))}
+
+    def guided(objective: GuidanceObjective) -> Callable[[], Tensor]:
+        def loss() -> Tensor:
+            bcos.zero_grad(set_to_none=True)
+            out = objective(bcos, x, host_labels, boxes, box_labels, has_boxes, torch.Generator().manual_seed(0))
+            return F.binary_cross_entropy_with_logits(out.logits, labels) + out.loss
+        return loss
+
+    def distilled(objective: DistillObjective) -> Callable[[], Tensor]:
+        def loss() -> Tensor:
+            bcos.zero_grad(set_to_none=True)
+            return objective(bcos, x, teacher).total
+        return loss
+
+    torch._dynamo.reset()
+    classes = labels.argmax(1)
+    masks = guidance["compiled"].masks(boxes, box_labels, classes.cpu(), has_boxes, (size, size)).to(settings.device)
+    guided_breaks = torch._dynamo.explain(guidance["compiled"].compiled.fn)(
+        bcos, x, classes, masks, has_boxes.to(settings.device), 1.0).graph_break_count
+    torch._dynamo.reset()
+    cold("guided", step(guided(guidance["compiled"])))
+    step(distilled(distillation["compiled"]))()  # its compilation
+    steps = alternate({f"{task} {kind}": step(make(objectives[kind]))
+                       for task, make, objectives in (("guided", guided, guidance), ("e2kd", distilled, distillation))
+                       for kind in ("compiled", "eager")}, settings, repeats, warmup)
+
+    def speedup(compiled_times: list[float], eager_times: list[float]) -> float:
+        return statistics.median(e / c for c, e in zip(compiled_times, eager_times))
+
+    speed = speedup(times["compiled"], times["eager"])
+    cost = {kind: statistics.median(b / s for b, s in zip(times[bcos_kind], times[standard]))
+            for kind, bcos_kind, standard in (("compiled", "compiled", "standard compiled"),
+                                              ("eager", "eager", "standard eager"))}
     ratio = compile_seconds["bcos"] / compile_seconds["standard"]
+    guided_ratio = compile_seconds["guided"] / compile_seconds["standard"]
+    whole = {task: speedup(steps[f"{task} compiled"], steps[f"{task} eager"]) for task in ("guided", "e2kd")}
     setup = (f"ResNet-18, 20 classes, train mode, batch {batch} at {size} px, backend {backend}, "
              f"{torch.get_num_threads()} threads")
     return [Row("torch-compile: graph breaks", breaks, 0, float(breaks), "<= 2", breaks <= 2,
@@ -246,7 +298,24 @@ def torch_compile(settings: Settings) -> list[Row]:
                   statistics.median(times[f"standard {kind}"]), cost[kind], "", None,
                   f"{setup}: BCE step of the B-cos vs torchvision's ResNet-18, both {kind}, {repeats} alternating "
                   "repeats; ratio = median(ours / reference), what fused kernels leave of a B-cos step's extra cost")
-              for kind in ("eager", "compiled"))]
+              for kind in ("eager", "compiled")),
+            Row("torch-compile: guided step graph breaks", guided_breaks, 0, float(guided_breaks), "0",
+                guided_breaks == 0, f"{setup}: graph breaks of the guided step compiled whole (forward, explanation on "
+                                    "the functional route, Energy loss; torch._dynamo.explain); reference: none",
+                unit="breaks"),
+            Row("torch-compile: guided step compile time", compile_seconds["guided"], compile_seconds["standard"],
+                guided_ratio, "<= 3", guided_ratio <= 3,
+                f"{setup}: seconds of the first guided step compiled whole (BCE + Energy of B-cos contributions at "
+                "the input, forward and backward, no cached kernel) vs the first compiled BCE step of torchvision's "
+                "ResNet-18"),
+            *(Row(f"torch-compile: {label} step compiled vs eager", statistics.median(steps[f"{task} compiled"]),
+                  statistics.median(steps[f"{task} eager"]), whole[task], target, whole[task] >= 1.3 if target else None,
+                  f"{setup}: {what}, compiled whole (functional route) vs eager (explanation mode, double "
+                  f"backward), {repeats} alternating repeats; ratio = median(eager / compiled), the speed-up")
+              for task, label, target, what in (
+                  ("guided", "guided", ">= 1.3", "BCE + Energy of B-cos contributions at the input, every image "
+                                                 "annotated"),
+                  ("e2kd", "e²KD", "", "KD + 1 − cos of the student's W(x) and a B-cos ResNet-18 teacher's")))]
 
 
 @section("guidance-few-boxes")
@@ -677,13 +746,14 @@ GPU_MODES = ("eager", "compiled", "bf16")
 
 
 def _gpu_steps(bcos: nn.Module, teacher: nn.Module, x: Tensor, labels: Tensor, boxes: list[Tensor],
-               box_labels: list[Tensor], layers: tuple[str, ...]) -> dict[str, Callable[[], Tensor]]:
+               box_labels: list[Tensor], layers: tuple[str, ...], compile: str) -> dict[str, Callable[[], Tensor]]:
     """The B-cos losses of ``gpu-throughput``: plain, guided at ``layers``, e²KD with the teacher's explanations
-    computed live and frozen (computed once, as a cache would hold them)."""
+    computed live and frozen (computed once, as a cache would hold them); the guided and e²KD steps compiled whole
+    with the ``torch.compile`` backend ``compile`` where they can be (:mod:`rightreasons.explain.functional`)."""
     from rightreasons.distill.explanations import teacher_outputs
     from rightreasons.distill.objective import DistillObjective
 
-    objective = DistillObjective(method="bcos_weights", layer="input", explanation_weight=1.0)
+    objective = DistillObjective(method="bcos_weights", layer="input", explanation_weight=1.0, compile=compile)
     frozen = teacher_outputs(teacher, x, objective.method, objective.layer)
 
     def e2kd(live: bool) -> Callable[[], Tensor]:
@@ -694,7 +764,7 @@ def _gpu_steps(bcos: nn.Module, teacher: nn.Module, x: Tensor, labels: Tensor, b
         return loss
 
     return {"B-cos plain": plain_loss(bcos, x, labels)} | {
-        f"guided at {layer}": guided_loss(bcos, layer, x, labels, boxes, box_labels) for layer in layers} | {
+        f"guided at {layer}": guided_loss(bcos, layer, x, labels, boxes, box_labels, compile) for layer in layers} | {
         "e2kd live": e2kd(True), "e2kd frozen": e2kd(False)}
 
 
@@ -747,7 +817,8 @@ def throughput_rows(settings: Settings, models: Sequence[tuple[str, str]], batch
                     bcos, teacher, standard = (torch.compile(m) for m in (bcos, teacher, standard))
                 losses = {"standard": plain_loss(standard, x[:, :3], labels)}
                 layers = ("input",) if "vit" in bcos_name else ("input", "final")  # a ViT explains at its input
-                losses |= _gpu_steps(bcos, teacher, x, labels, boxes, box_labels, layers)
+                losses |= _gpu_steps(bcos, teacher, x, labels, boxes, box_labels, layers,
+                                     "inductor" if mode == "compiled" else "no")
                 autocast = torch.autocast(settings.device.type, torch.bfloat16, enabled=mode == "bf16")
                 with autocast:
                     times = alternate({name: step(loss) for name, loss in losses.items()}, settings, repeats, warmup)

@@ -140,12 +140,13 @@ def plain_loss(model: nn.Module, x: Tensor, labels: Tensor) -> Callable[[], Tens
 
 
 def guided_loss(model: nn.Module, layer: str, x: Tensor, labels: Tensor, boxes: list[Tensor],
-                box_labels: list[Tensor]) -> Callable[[], Tensor]:
-    """The loss of a guided step: BCE + 1e-3 Energy on B-cos contributions at ``layer``, every image annotated. The
-    objective's host decisions read the labels on the host, as the trainer gives them (no sync)."""
+                box_labels: list[Tensor], compile: str = "no") -> Callable[[], Tensor]:
+    """The loss of a guided step: BCE + 1e-3 Energy on B-cos contributions at ``layer``, every image annotated,
+    compiled whole with the ``torch.compile`` backend ``compile`` where the step can be. The objective's host decisions
+    read the labels on the host, as the trainer gives them (no sync)."""
     from rightreasons.guidance import GuidanceObjective
 
-    objective = GuidanceObjective("bcos", layer, "energy")
+    objective = GuidanceObjective("bcos", layer, "energy", compile=compile)
     has_boxes, host_labels = torch.ones(len(x), dtype=torch.bool), labels.cpu()
 
     def loss() -> Tensor:

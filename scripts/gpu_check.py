@@ -1,4 +1,5 @@
-"""``make gpu-check``: what a machine with a CUDA GPU must show, in one prepared run of at most 8 minutes.
+"""``make gpu-check``: what a machine with a CUDA GPU must show, in one prepared run of at most 8 minutes; the
+JSON report is rewritten after each part, so a run stopped at its limit keeps what it measured.
 
 1. **The device-clean tier on CUDA** (``tests/device_clean`` with ``RIGHTREASONS_TEST_DEVICES=meta,cuda``): every step
    type trains, every method explains at every layer, every loss and evaluator runs on the GPU, under
@@ -27,6 +28,7 @@ import re
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,12 +42,12 @@ BUDGET_S = 480
 
 
 def tier(devices: str, timeout: float, extra: list[str]) -> tuple[str, bool, str]:
-    """Run the device-clean tier on ``devices``; (summary line, passed, the output's tail)."""
+    """Run the device-clean tier on ``devices``; (summary line, passed, its output)."""
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/device_clean",
                            *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "RIGHTREASONS_TEST_DEVICES": devices})
     lines = [line for line in done.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
-    return (lines[-1].strip("= ") if lines else "no summary"), done.returncode == 0, done.stdout[-4000:]
+    return (lines[-1].strip("= ") if lines else "no summary"), done.returncode == 0, done.stdout + done.stderr
 
 
 def markdown(report: dict) -> str:
@@ -62,6 +64,7 @@ def markdown(report: dict) -> str:
         memory = re.search(r"peak memory (\d+) MiB", row["setup"])
         out.append(f"| {row['section'].removeprefix('gpu-throughput: ')} | {row['ours']:.1f} | {row['ratio']:.2f} | "
                    f"{memory.group(1) + ' MiB' if memory else '—'} |")
+    out += [f"\n**{part} failed:**\n\n```\n{error}```" for part, error in report["failures"].items()]
     return "\n".join(out) + "\n"
 
 
@@ -83,30 +86,41 @@ def main(argv: list[str] | None = None) -> int:
     environment = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (rehearsal)",
                    "torch": torch.__version__, "python": platform.python_version()}
     devices = "meta" if args.rehearse else "meta,cuda"
-    summary, passed, tail = tier(devices, 200, ["-k", "train and not torchvision or fake_cuda"] if args.rehearse
-                                 else [])
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary, passed, output = tier(devices, 200, ["-k", "train and not torchvision or fake_cuda"] if args.rehearse
+                                   else [])
+    (args.out / "tier.log").write_text(output)
     if not passed:
-        print(tail, file=sys.stderr)
-    host_syncs = step_counts.count_all(["train", "guide (Energy, B-cos at the input)"] if args.rehearse else None)
+        print(output[-4000:], file=sys.stderr)
+    failures = {}
+    try:
+        host_syncs = step_counts.count_all(["train", "guide (Energy, B-cos at the input)"] if args.rehearse else None)
+    except Exception:  # a part that breaks is reported, and the parts after it still run
+        host_syncs, failures["host syncs"] = {}, traceback.format_exc(limit=-6)
     settings = benchlib.Settings(device, args.rehearse)
-    if args.rehearse:
-        rows = throughput_rows(settings, GPU_MODELS[True][:1], (2,), 32, ("eager",), repeats=1, warmup=1)
-    else:
-        rows = throughput_rows(settings, GPU_MODELS[False][:1], (64,), 224, ("eager", "compiled", "bf16"), repeats=3,
-                               warmup=1, deadline=start + BUDGET_S - 120)
-    report = {"environment": environment, "seconds": round(time.monotonic() - start, 1),
+    report = {"environment": environment, "seconds": None,
               "tier": {"devices": devices, "summary": summary, "passed": passed},
-              "host_syncs": host_syncs, "throughput": [asdict(r) for r in rows]}
+              "host_syncs": host_syncs, "throughput": [], "failures": failures}
+    for mode in ("eager",) if args.rehearse else ("eager", "bf16", "compiled"):  # compiled last: it compiles longest
+        try:
+            if args.rehearse:
+                rows = throughput_rows(settings, GPU_MODELS[True][:1], (2,), 32, (mode,), repeats=1, warmup=1)
+            else:
+                rows = throughput_rows(settings, GPU_MODELS[False][:1], (64,), 224, (mode,), repeats=3, warmup=1,
+                                       deadline=start + BUDGET_S - 120)
+            report["throughput"] += [asdict(r) for r in rows]
+        except Exception:
+            failures[f"throughput, {mode}"] = traceback.format_exc(limit=-6)
+        report["seconds"] = round(time.monotonic() - start, 1)
+        (args.out / "gpu-check.json").write_text(json.dumps(report, indent=2, default=str))  # kept if stopped later
     synced = [n for n, c in host_syncs.items()
               if c["step"]["syncs"] or c["logged step"]["syncs"] != 1 or c["step"].get("cuda syncs")]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu-check.json").write_text(json.dumps(report, indent=2, default=str))
     table = markdown(report)
     (args.out / "gpu-check.md").write_text(table)
     print(table)
     if synced:
         print(f"steps that wait for the device: {synced}", file=sys.stderr)
-    return 0 if passed and not synced else 1
+    return 0 if passed and not synced and not failures else 1
 
 
 if __name__ == "__main__":

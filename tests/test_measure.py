@@ -4,11 +4,14 @@ counted exactly; the memory meter counts known bytes exactly."""
 
 from __future__ import annotations
 
+import warnings
+
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from rightreasons.measure import PeakMemory, StepCounter
+from rightreasons.measure import CudaSyncs, PeakMemory, StepCounter
 
 READS = {
     "item": lambda t: t.sum().item(),
@@ -82,3 +85,13 @@ def test_peak_memory_counts_each_live_storage_once_and_sees_through_checkpointin
             y = checkpoint(lambda v: v.exp().exp(), x, use_reentrant=False) if checkpointed else x.exp().exp()
         assert (memory.peak, memory.live) == (3 * block, kept_blocks * block), checkpointed
         del y
+
+
+def test_cuda_syncs_count_the_synchronising_calls_and_not_the_modes_prototype_notice():
+    """``set_sync_debug_mode`` prints a notice the first time it is set ("... does not yet detect all synchronizing
+    operations"), which once counted as a sync of the first step measured on a GPU; it passes through, uncounted."""
+    with pytest.warns(UserWarning, match="prototype feature"), CudaSyncs() as cuda:
+        warnings.warn("Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+                      "operations (Triggered internally at Module.cpp:1003.)")
+        warnings.warn("called a synchronizing CUDA operation (Triggered internally at CUDAFunctions.cpp:153.)")
+    assert len(cuda.syncs) == 1 and cuda.syncs[0].op.startswith("called a synchronizing CUDA operation")

@@ -42,6 +42,22 @@ as its plain computation only while its switch is off (the switch is a guard: en
 such a graph); AOTAutograd's partitioner then decides what to store and what to recompute, and a compiled B-cos network
 has no graph break. :func:`explanation_mode` runs compiled models eagerly (``torch.compiler.set_stance``), so their
 explanations and second-order gradients are exactly those of the eager model.
+
+**The functional route** (:func:`functional_vjp`) is how a guided or e²KD step is compiled *whole* — forward,
+explanation, loss and the parameters' backward in one graph (``compile`` of a run; :mod:`rightreasons.explain.functional`
+uses it). AOTAutograd cannot trace a double backward, but it can trace a ``torch.func.vjp`` taken inside the compiled
+function: the explanation's backward is then ordinary first-order operations of the forward graph, and the parameters'
+backward differentiates them once. Holding a dynamic weight constant must then act on the transform's level only: on
+this route a product is its plain computation with the weight passed through :func:`hold_constant`, functorch's
+unwrapping of the innermost grad level (``torch._C._functorch._unwrap_for_grad``; ``.detach()`` or ``no_grad`` would
+cut the weight out of the parameters' backward as well). The weight is a constant for the vjp with respect to the
+input, yet the outer level's tensor with its graph, so the explanation loss reaches every parameter exactly, to second
+order. The switches and :func:`explanation_mode` are not involved; the eager route above is untouched (the route is a
+flag read first in :func:`dynamic_apply`, and torch.compile guards on it). The kit's custom autograd functions
+(closed-form backwards) have no functorch form: on this route, as while tracing, their plain computations run
+(:func:`custom_backwards`); and a transform may not mutate tensors it did not create, so a norm's running statistics
+are updated once the vjp has returned (:func:`after_transform`). Synchronised BatchNorm is refused on this route (its
+collective is an autograd function of its own). Float64 results equal the eager route's to rounding.
 """
 
 from __future__ import annotations
@@ -54,7 +70,8 @@ import torch
 from torch import Tensor, nn
 from torch.autograd import grad as _autograd_grad  # bound once: the recomputation is no user-level backward
 
-__all__ = ["DynamicLinear", "ExplanationSwitch", "Recomputed", "dynamic_apply", "explanation_mode", "is_explaining"]
+__all__ = ["DynamicLinear", "ExplanationSwitch", "Recomputed", "after_transform", "custom_backwards", "dynamic_apply",
+           "explanation_mode", "functional_route", "functional_vjp", "hold_constant", "is_explaining"]
 
 Product = Literal["mul", "div", "matmul"]
 #: ``product(weight, x, *extras)``: linear in ``x`` (and in ``extras`` that are linear maps around the product)
@@ -93,7 +110,7 @@ def _same(a: Tensor | None, b: Tensor | None) -> bool:
                       and a.stride() == b.stride() and a.dtype == b.dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: TorchDynamo hashes the products it calls
 class _Elementary:
     """``weight * x``, ``x / weight`` or ``weight @ x`` with closed-form gradients (no recomputation)."""
 
@@ -339,9 +356,12 @@ def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: Explana
     explanation), but keeps it differentiable for a second backward.
     """
     recomputed = isinstance(weight, Recomputed)
+    product_fn = _ELEMENTARY[product] if isinstance(product, str) else product
+    if _ROUTE.active:  # the functional route (module docstring): the plain product, the weight held for the vjp only
+        held = weight.fn(*weight.inputs) if recomputed else weight
+        return product_fn(None if held is None else hold_constant(held), x, *extras)
     inputs = weight.inputs if recomputed else () if weight is None else (weight,)
-    spec = _Spec(weight.fn if recomputed else None, _ELEMENTARY[product] if isinstance(product, str) else product,
-                 len(inputs))
+    spec = _Spec(weight.fn if recomputed else None, product_fn, len(inputs))
     tensors = (x, *inputs, *extras)
     if (torch.compiler.is_compiling() and not switch.active
             or not any(t is not None and t.requires_grad for t in tensors)):
@@ -352,6 +372,80 @@ def dynamic_apply(weight: Tensor | Recomputed | None, x: Tensor, switch: Explana
 @torch.compiler.disable  # reached while compiling only in explanation mode, which runs eagerly (module docstring)
 def _dynamic_product(spec: _Spec, switch: ExplanationSwitch, tensors: tuple[Tensor | None, ...]) -> Tensor:
     return _DynamicProduct.apply(spec, switch, *tensors)
+
+
+class _Route:
+    """Whether dynamic-linear products run on the functional route now (inside :func:`functional_vjp`), and the
+    updates deferred until its transform returns (:func:`after_transform`)."""
+
+    __slots__ = ("active", "deferred")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.deferred: list[tuple[Callable[..., None], tuple]] = []
+
+
+_ROUTE = _Route()
+
+
+def functional_route() -> bool:
+    """Whether the forward running now is on the functional route (inside :func:`functional_vjp`)."""
+    return _ROUTE.active
+
+
+def custom_backwards() -> bool:
+    """Whether the kit's custom autograd functions (closed-form backwards) may run now: not while torch.compile traces
+    (a traced graph cannot read a switch; AOTAutograd differentiates the plain computation), nor on the functional
+    route (functorch transforms take no autograd function without ``setup_context``). Elsewhere their plain
+    computations run, with the same values."""
+    return not (_ROUTE.active or torch.compiler.is_compiling())
+
+
+@torch.compiler.assume_constant_result  # an int when traced: TorchDynamo cannot put current_level() in a graph
+def _grad_level() -> int:
+    return torch._C._functorch.current_level()
+
+
+def hold_constant(t: Tensor) -> Tensor:
+    """``t`` as the level around the innermost functorch grad transform sees it: a constant for that transform (the
+    vjp of :func:`functional_vjp`) but, unlike ``t.detach()``, still differentiable in the levels around it (a
+    training step's backward to the parameters). Call it inside a transform only."""
+    return torch._C._functorch._unwrap_for_grad(t, _grad_level())
+
+
+def after_transform(update: Callable[..., None], *args: object) -> None:
+    """``update(*args)`` now or, on the functional route, once its transform has returned (with the tensors of
+    ``args`` as the level around it sees them): a transform may not mutate tensors it did not create, such as a
+    norm's running statistics."""
+    if not _ROUTE.active:
+        update(*args)
+        return
+    _ROUTE.deferred.append((update, tuple(hold_constant(a) if isinstance(a, Tensor) else a for a in args)))
+
+
+def functional_vjp(fn: Callable[[Tensor], Tensor], x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    """``(fn(x), vjp)`` on the functional route (module docstring): ``vjp(v)`` is ``vᵀ ∂fn/∂x`` with every dynamic
+    weight held constant — for a B-cos model ``fn`` and ``v`` the one-hot rows of the explained classes, the
+    explanation ``W(x)`` — and both are differentiable to every parameter (exact second order); traceable by
+    torch.compile without a graph break, in one graph with whatever loss is computed from them.
+
+    ``fn(x)`` runs once, under ``torch.func.vjp``; the running statistics its norms update are updated when it has
+    returned, as its eager forward would update them. ``x``: the input ``[N, ...]``; ``v``: the shape of ``fn(x)``;
+    ``vjp(v)``: the shape of ``x``."""
+    deferred: list[tuple[Callable[..., None], tuple]] = []
+
+    def on_route(inner: Tensor) -> Tensor:
+        previous = _ROUTE.active, _ROUTE.deferred
+        _ROUTE.active, _ROUTE.deferred = True, deferred
+        try:
+            return fn(inner)
+        finally:
+            _ROUTE.active, _ROUTE.deferred = previous
+
+    out, vjp = torch.func.vjp(on_route, x)
+    for update, args in deferred:
+        update(*args)
+    return out, lambda v: vjp(v)[0]
 
 
 class DynamicLinear(nn.Module):

@@ -49,7 +49,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .collectives import statistics_group, synchronised_statistics
-from .dynamic import DynamicLinear, Recomputed, _reduce_to, _same
+from ..errors import UsageError
+from .dynamic import DynamicLinear, Recomputed, _reduce_to, _same, after_transform, custom_backwards, functional_route
 
 __all__ = [
     "AllNorm2d", "AllNormUncentered2d", "BatchNorm2d", "BatchNormUncentered2d", "GNInstanceNorm2d",
@@ -77,7 +78,7 @@ def _normalize(module: nn.Module, x: Tensor, var: Tensor, mean: Tensor | None, s
     return normalized(variance.sqrt(), x, *extras)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: TorchDynamo hashes the products it calls
 class _Normalized:
     """``γ · (x − mean) / std + β`` as a product of :func:`~rightreasons.bcos.dynamic.dynamic_apply` (``γ`` and ``β``
     given in the output's broadcast shape). Elementwise in ``x``; the mean and ``β`` (extras 0 and 2) are offsets,
@@ -95,7 +96,7 @@ class _Normalized:
         return y if beta is None else y + beta
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: TorchDynamo hashes the products it calls
 class _Std:
     """A norm's dynamic weight, the std ``sqrt(variance)`` of ``variance = var + eps`` (and of ``source``, unused by
     the value: the input whose statistics ``var`` and a centred norm's mean are, where they are), with the gradients
@@ -150,8 +151,8 @@ class _Std:
 
 def _statistics(x: Tensor, dim: int | tuple[int, ...], centred: bool, keepdim: bool) -> tuple[Tensor, Tensor | None]:
     """Biased variance over ``dim`` and, for centred norms, the mean (``None`` otherwise); differentiable, in closed
-    form (:class:`_Statistics`) outside a compiled graph."""
-    if x.requires_grad and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+    form (:class:`_Statistics`) where the kit's custom backwards run (:func:`~.dynamic.custom_backwards`)."""
+    if x.requires_grad and torch.is_grad_enabled() and custom_backwards():
         stats = _Statistics.apply(x, dim, centred, keepdim)
         return stats if centred else (stats, None)
     if centred:
@@ -221,6 +222,18 @@ class RunningStatsNorm(nn.BatchNorm2d):
         self.num_batches_tracked.add_(1)
         return 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
 
+    def _update_running_statistics(self, var: Tensor, mean: Tensor | None, n: float | Tensor) -> None:
+        """``(1 − m) · running + m · batch`` in place, from the batch's biased ``var`` (``[C]``, or 0-dim) and, for
+        centred norms, its ``mean``, with the unbiased factor ``n / (n − 1)`` of the ``n`` values per statistic."""
+        m = self._momentum()
+        with torch.no_grad():
+            if self.centred:
+                unbiased = var * (n / (n - 1).clamp(min=1) if isinstance(n, Tensor) else n / max(n - 1, 1))
+                self.running_mean.mul_(1 - m).add_(m * mean)
+                self.running_var.mul_(1 - m).add_(m * unbiased)
+            else:
+                self.running_var.mul_(1 - m).add_(m * var)
+
     def synchronised_group(self) -> dist.ProcessGroup | None:
         """The process group whose batches the statistics are taken over now: ``None`` (this process's batch) unless
         the norm is synchronised, in training mode, and its group has more than one process."""
@@ -237,6 +250,10 @@ class RunningStatsNorm(nn.BatchNorm2d):
         dims = (0, 1, 2, 3) if self.pool_channels else (0, 2, 3)
         group = self.synchronised_group()
         if group is not None:
+            if functional_route():
+                raise UsageError(f"{type(self).__name__} synchronises its statistics across processes, which the "
+                                 "functional route (a guided or e²KD step compiled whole) does not support: its "
+                                 "collective is an autograd function of its own; explain such a model eagerly")
             return synchronised_statistics(x, dims, self.centred, group)
         var, mean = _statistics(x, dims, self.centred, keepdim=False)
         return var, mean, x.numel() / var.numel()
@@ -254,15 +271,8 @@ class RunningStatsNorm(nn.BatchNorm2d):
             var, mean, n = self.batch_statistics(x)
             if self._shared is not None:
                 self._shared.append((var, mean))
-            if self.training and self.track_running_stats:
-                m = self._momentum()
-                with torch.no_grad():  # (1 − m) · running + m · batch, in place (var [C] or 0-dim broadcasts)
-                    if self.centred:
-                        unbiased = var * (n / (n - 1).clamp(min=1) if isinstance(n, Tensor) else n / max(n - 1, 1))
-                        self.running_mean.mul_(1 - m).add_(m * mean)
-                        self.running_var.mul_(1 - m).add_(m * unbiased)
-                    else:
-                        self.running_var.mul_(1 - m).add_(m * var)
+            if self.training and self.track_running_stats:  # on the functional route: once its vjp has returned
+                after_transform(self._update_running_statistics, var, mean, n)
             source = x if self.synchronised_group() is None else None
             var, mean = var.reshape(shape), None if mean is None else mean.reshape(shape)
         else:

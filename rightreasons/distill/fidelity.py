@@ -70,7 +70,7 @@ class FidelityEvaluator:
     def update(self, model: nn.Module, batch: dict[str, Any], logits: Tensor) -> None:
         device = logits.device
         for metric in self._metrics():
-            metric.to(device)
+            metric.to(device, non_blocking=True)
         images, labels = batch["image"], batch["labels"]
         groups = batch.get("host", batch)["group"] if self.grouped else None  # checked on the host
         images_for_teacher = reencode(images, capabilities(model).encoding, self.teacher_encoding)

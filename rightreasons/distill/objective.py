@@ -11,6 +11,13 @@ The student runs one forward pass: with ``λ > 0`` it is the forward of :func:`r
 ``backward``. The terms are returned unweighted (for logging) together with the weighted total. The teacher's part
 (logits, explanations, features) comes in as detached :class:`TeacherOutputs`, computed live or read from a cache of
 frozen explanations.
+
+With ``compile`` (a run's ``torch.compile`` backend) an e²KD step is compiled whole — the student's forward, its
+explanation, the terms and the parameters' backward (:class:`~rightreasons.explain.CompiledStep`, on the functional
+route of :func:`~rightreasons.explain.functional_attribute`), for ``bcos_weights`` (or ``bcos``) at the input. What the
+functional route does not cover (other methods, attention transfer's hooks, DDP, synchronised or foreign BatchNorm,
+checkpointed stages) runs as without ``compile``, with a warning that says why; so do the steps without the e²KD
+term, whose plain forward is the compiled model's.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from ..errors import UsageError
-from ..explain import METHOD_NAMES, attribute, capture_outputs, layer_for
+from ..explain import METHOD_NAMES, CompiledStep, attribute, capture_outputs, functional_attribute, layer_for
 from .explanations import TeacherOutputs
 from .losses import attention_transfer_loss, explanation_loss, kd_loss, multilabel_kd_loss
 
@@ -59,6 +66,11 @@ class DistillObjective:
         logit_weight, explanation_weight, gt_weight, at_weight: the weights of the four terms.
         at_layers: student/teacher layers matched by attention transfer.
         classification: ``(logits, labels) -> loss`` for the ground-truth term (needed when ``gt_weight > 0``).
+        compile: the ``torch.compile`` backend of an e²KD step (``compile`` of the run; module docstring), ``"no"``:
+            eager.
+
+    ``compiled`` is an e²KD step compiled whole (:class:`~rightreasons.explain.CompiledStep`; its ``fn`` takes the
+    bare student, the images, the teacher's logits and explanations, the labels and ``grad_scale``).
     """
 
     method: str = "bcos_weights"
@@ -71,6 +83,7 @@ class DistillObjective:
     at_weight: float = 0.0
     at_layers: Sequence[str] = ("mid1", "mid2", "mid3", "final")
     classification: Callable[[Tensor, Tensor], Tensor] | None = None
+    compile: str = "no"
 
     def __post_init__(self) -> None:
         if self.logit_loss not in LOGIT_LOSSES:
@@ -88,6 +101,8 @@ class DistillObjective:
             raise ValueError("gt_weight > 0 needs a classification loss function")
         if self.at_weight > 0 and not self.at_layers:
             raise ValueError("at_weight > 0 needs at least one layer in at_layers")
+        hooks = "attention transfer captures layer outputs by hooks" if self.at_weight > 0 else None
+        self.compiled = CompiledStep(self._explained_terms, self.compile, "e²KD step", self.method, self.layer, hooks)
 
     @property
     def needs_teacher_explanations(self) -> bool:
@@ -111,6 +126,12 @@ class DistillObjective:
         if self.at_weight > 0 and len(teacher.features) != len(self.at_layers):
             raise ValueError(f"attention transfer needs teacher features of {list(self.at_layers)}, got "
                              f"{len(teacher.features)}")
+        if self.gt_weight > 0 and labels is None:
+            raise ValueError("gt_weight > 0 needs the batch's labels")
+        if explain and self.compiled.runs(student):  # compiled whole (module docstring)
+            terms, total, logits, explanations = self.compiled(student, images, teacher.logits,
+                                                                teacher.explanations, labels, grad_scale)
+            return DistillOutput(terms=terms, total=total, logits=logits, explanations=explanations)
         with capture_outputs(student, self.at_layers if self.at_weight > 0 else ()) as features:
             if explain:
                 result = attribute(student, images, teacher.target, self.method, self.layer, create_graph=True,
@@ -118,17 +139,32 @@ class DistillObjective:
                 logits, explanations = result.logits, result.explanation
             else:
                 logits, explanations = student(images), None
+        terms, total = self._terms(logits, explanations, teacher, labels, [f[-1] for f in features])
+        return DistillOutput(terms=terms, total=total, logits=logits, explanations=explanations)
+
+    def _terms(self, logits: Tensor, explanations: Tensor | None, teacher: TeacherOutputs, labels: Tensor | None,
+               features: Sequence[Tensor]) -> tuple[dict[str, Tensor], Tensor]:
+        """The named terms and their weighted total from the student's ``logits [N, K]``, its ``explanations``
+        (``None``: no e²KD term) and the ``features`` of its attention-transfer layers."""
         terms = {"kd": LOGIT_LOSSES[self.logit_loss](logits, teacher.logits, self.temperature)}
         total = self.logit_weight * terms["kd"]
         if explanations is not None:
             terms["explanation"] = explanation_loss(explanations, teacher.explanations)
             total = total + self.explanation_weight * terms["explanation"]
         if self.gt_weight > 0:
-            if labels is None:
-                raise ValueError("gt_weight > 0 needs the batch's labels")
             terms["classification"] = self.classification(logits.float(), labels)
             total = total + self.gt_weight * terms["classification"]
         if self.at_weight > 0:
-            terms["attention"] = attention_transfer_loss([f[-1] for f in features], teacher.features)
+            terms["attention"] = attention_transfer_loss(features, teacher.features)
             total = total + self.at_weight * terms["attention"]
-        return DistillOutput(terms=terms, total=total, logits=logits, explanations=explanations)
+        return terms, total
+
+    def _explained_terms(self, student: nn.Module, images: Tensor, teacher_logits: Tensor,
+                         teacher_explanations: Tensor, labels: Tensor | None,
+                         grad_scale: float | Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
+        """The device part of an e²KD step compiled whole: the terms, their total, the logits and the explanations
+        of the bare ``student`` on ``images``, explained for the teacher's top-1 classes."""
+        teacher = TeacherOutputs(teacher_logits, teacher_explanations)
+        result = functional_attribute(student, images, teacher.target, self.method, grad_scale=grad_scale)
+        terms, total = self._terms(result.logits, result.explanation, teacher, labels, ())
+        return terms, total, result.logits, result.explanation

@@ -119,7 +119,7 @@ class DistillationTask(ClassificationTask):
             logit_loss=logit_loss, temperature=settings.temperature, logit_weight=settings.logit_weight,
             explanation_weight=settings.explanation_weight, gt_weight=settings.gt_weight,
             at_weight=settings.at_weight, at_layers=tuple(settings.at_layers),
-            classification=self.classification_loss)
+            classification=self.classification_loss, compile=self.config.compile)
 
     # ------------------------------------------------------------------ training
     def explains_at(self, step: Step) -> bool:

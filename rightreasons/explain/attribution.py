@@ -30,7 +30,8 @@ hold it (bfloat16 has float32's range and needs no scaling).
 
 Wrapped models (DDP, ``DataParallel``, ``torch.compile``) are explained like the bare model; the forward pass runs
 through the wrapper, a compiled one eagerly (``torch.compiler.set_stance``): AOTAutograd's graphs have no second
-backward, and the hooks that capture a layer are added after compiling.
+backward, and the hooks that capture a layer are added after compiling. A training step compiled whole explains on the
+functional route instead (:mod:`rightreasons.explain.functional`).
 """
 
 from __future__ import annotations
@@ -218,12 +219,22 @@ def _target_gradient(model: nn.Module, logits: Tensor, target: Tensor, feature: 
     """``∂(Σ_n logits[n, target[n]]) / ∂feature`` in one backward, in explanation mode for the B-cos methods; a
     backward seeded with ``grad_scale`` (not 1) returns its gradient divided by it in float32 (or wider)."""
     selected = gather_targets(logits, target).sum()
-    scaled = isinstance(grad_scale, Tensor) or grad_scale != 1.0
+    scaled = _scaled(grad_scale)
     if scaled:
         selected = selected.to(_at_least_float32(selected.dtype)) * grad_scale
     with explanation_mode(model) if explaining else nullcontext():
         (grad,) = torch.autograd.grad(selected, feature, create_graph=create_graph)
-    return grad.to(_at_least_float32(grad.dtype)) / grad_scale if scaled else grad
+    return _unscaled(grad, grad_scale) if scaled else grad
+
+
+def _scaled(grad_scale: float | Tensor) -> bool:
+    """Whether a backward seeded with ``grad_scale`` must divide it out (a tensor's value is not read)."""
+    return isinstance(grad_scale, Tensor) or grad_scale != 1.0
+
+
+def _unscaled(grad: Tensor, grad_scale: float | Tensor) -> Tensor:
+    """The gradient of a backward seeded with ``grad_scale``, divided by it in float32 (or wider)."""
+    return grad.to(_at_least_float32(grad.dtype)) / grad_scale
 
 
 def _at_least_float32(dtype: torch.dtype) -> torch.dtype:

@@ -17,6 +17,14 @@ batch is explained instead whenever that equality could not hold:
 * batch-statistics modules that are not ours (e.g. :class:`torch.nn.BatchNorm2d` of torchvision models);
 * models wrapped in ``DataParallel`` or ``torch.compile`` (replicas or traced graphs); DDP is fine.
 
+With ``compile`` (a run's ``torch.compile`` backend) the step is compiled whole — forward, explanation, loss and the
+parameters' backward (:class:`~rightreasons.explain.CompiledStep`, on the functional route of
+:func:`~rightreasons.explain.functional_attribute`): the host decides classes, masks and which images are annotated as
+always, and the compiled step explains the whole batch and reduces the loss over the annotated images (selecting them
+would give every batch shapes of its own, hence a compilation of its own). Losses and gradients are those of
+``explain="batch"``. What the functional route does not cover (other methods or layers, DDP, synchronised or foreign
+BatchNorm, checkpointed stages) runs as without ``compile``, with a warning that says why.
+
 Active dropout draws new masks in the second forward: the explanation is then that of another dropout draw
 (statistically the same, not numerically).
 
@@ -40,7 +48,7 @@ from ..bcos.norms import shared_batch_statistics, training_batch_norms, unsharea
 from ..bcos.sync import synchronised_batch_norms
 from ..boxes import class_masks, dilate_boxes
 from ..errors import DataError, UsageError
-from ..explain import INTGRAD_STEPS, MAP_METHOD_NAMES, attribute, get_method
+from ..explain import INTGRAD_STEPS, MAP_METHOD_NAMES, CompiledStep, attribute, functional_attribute, get_method
 from ..models.capabilities import unwrap_model
 from .losses import REDUCTIONS, LossFn, get_loss
 
@@ -102,6 +110,11 @@ class GuidanceObjective:
         steps: Riemann steps for ``intgrad`` on models that are not X-DNNs.
         explain: ``"annotated"`` explains only the annotated images when that is exact (module docstring), else
             the whole batch; ``"batch"`` always explains the whole batch.
+        compile: the ``torch.compile`` backend of the step (``compile`` of the run; module docstring), ``"no"``:
+            eager.
+
+    ``compiled`` is the step's device part compiled whole (:class:`~rightreasons.explain.CompiledStep`; its ``fn``
+    takes the bare model, the images, ``classes``, ``masks``, ``annotated`` and ``grad_scale``).
     """
 
     method: str = "bcos"
@@ -111,6 +124,7 @@ class GuidanceObjective:
     reduction: str = "mean_annotated"
     steps: int = INTGRAD_STEPS
     explain: str = "annotated"
+    compile: str = "no"
 
     def __post_init__(self) -> None:
         if self.method not in MAP_METHOD_NAMES:
@@ -123,6 +137,7 @@ class GuidanceObjective:
         if not self.dilation >= 0:
             raise ValueError(f"dilation must be a fraction >= 0 (0.1 = 10 %), got {self.dilation!r}")
         get_loss(self.loss)
+        self.compiled = CompiledStep(self._explained_loss, self.compile, "guided step", self.method, self.layer)
 
     @property
     def loss_fn(self) -> LossFn:
@@ -174,6 +189,10 @@ class GuidanceObjective:
             return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,
                                   classes=classes, masks=masks, annotated=annotated, attributions=None,
                                   explained=annotated)
+        if create_graph and self.compiled.runs(model):  # compiled whole: the whole batch (module docstring)
+            logits, maps, loss = self.compiled(model, images, classes, masks, annotated, grad_scale)
+            return GuidanceOutput(loss=loss, logits=logits, classes=classes, masks=masks, annotated=annotated,
+                                  attributions=maps, explained=torch.ones_like(annotated))
         if not annotated_only:
             result = attribute(model, images, classes, self.method, self.layer, create_graph=create_graph,
                                steps=self.steps, grad_scale=grad_scale)
@@ -190,6 +209,14 @@ class GuidanceObjective:
         maps = result.maps.new_zeros((n, *result.maps.shape[1:])).index_copy(0, index, result.maps)
         return GuidanceOutput(loss=loss, logits=logits, classes=classes, masks=masks, annotated=annotated,
                               attributions=maps, explained=annotated)
+
+    def _explained_loss(self, model: nn.Module, images: Tensor, classes: Tensor, masks: Tensor, annotated: Tensor,
+                        grad_scale: float | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The device part of a step compiled whole: the logits ``[N, K]``, the attributions ``[N, H, W]`` of
+        ``classes [N]`` and the loss (over the ``annotated [N]`` images, of ``masks [N, H, W]``) of the bare
+        ``model`` on ``images [N, C, H, W]``."""
+        result = functional_attribute(model, images, classes, self.method, grad_scale=grad_scale)
+        return result.logits, result.maps, self.loss_fn(result.maps, masks, self.reduction, annotated)
 
     def explains_annotated_only(self, model: nn.Module, annotated: Tensor) -> bool:
         """Whether a step explains only the ``annotated [N]`` images (a bool tensor on the host) of its batch

@@ -34,7 +34,8 @@ class GuidanceTask(ClassificationTask):
     def __init__(self, config: GuideConfig) -> None:
         super().__init__(config)
         g = config.guidance
-        self.guidance = GuidanceObjective(g.method, g.layer, g.loss, g.dilation, "sum", g.intgrad_steps, g.explain)
+        self.guidance = GuidanceObjective(g.method, g.layer, g.loss, g.dilation, "sum", g.intgrad_steps, g.explain,
+                                          config.compile)
 
     def build_datasets(self) -> tuple[Any, Any]:
         """The classifier's datasets; the training set must hold annotated images."""

@@ -129,7 +129,7 @@ class ClassificationEvaluator:
         return cls(dataset.num_classes, is_multilabel(dataset), dataset.group_names, getattr(dataset, "classes", None))
 
     def update(self, model: nn.Module, batch: dict[str, Any], logits: Tensor) -> None:
-        self.metric.to(logits.device)
+        self.metric.to(logits.device, non_blocking=True)  # a blocking copy would wait for the device
         if self.multilabel:
             self.metric.update(logits.float(), batch["labels"])
         else:
@@ -166,7 +166,7 @@ class LocalizationEvaluator:
 
     def update(self, model: nn.Module, batch: dict[str, Any], logits: Tensor) -> None:
         for metric in self.metrics:
-            metric.to(logits.device)
+            metric.to(logits.device, non_blocking=True)
         host = batch.get("host", batch)  # which pairs, and their masks, are decided on the host
         self.pairs += evaluate_localization(model, batch["image"], host["labels"], host["boxes"], host["box_labels"],
                                             self.explain, self.metrics, batch_size=self.batch_size)
