@@ -69,6 +69,7 @@ from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 import torch
 from torch import Tensor, nn
 from torch.autograd import grad as _autograd_grad  # bound once: the recomputation is no user-level backward
+from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = ["DynamicLinear", "ExplanationSwitch", "Recomputed", "after_transform", "custom_backwards", "dynamic_apply",
            "explanation_mode", "functional_route", "functional_vjp", "hold_constant", "is_explaining"]
@@ -267,24 +268,73 @@ class _DynamicProduct(torch.autograd.Function):
         return None, None, *(next(grads) if need else None for need in wrt)
 
 
+@dataclass
+class _Recipe:
+    """How to recompute an explanation's gradient that an elementwise product made (``x``'s gradient ``grad · weight``)
+    from what that product's backward stores anyway: its incoming gradient (or that gradient's own recipe) and its
+    tensors. The next product's backward stores the recipe instead of the gradient (:class:`_DynamicVjp`)."""
+
+    spec: _Spec
+    wrt: tuple[bool, ...]
+    autocast: tuple[str, torch.dtype, bool]
+    source: Tensor | _Recipe
+    tensors: tuple[Tensor | None, ...]
+    version: int
+    kept: tuple[bool, Tensor] | None = None  # (connected, value) made for a later recipe, until its backward takes it
+
+    def value(self, connected: bool, keep: bool = False) -> Tensor:
+        """The gradient again, bit for bit (the same operations on the same values); differentiable in every tensor
+        it is made from when ``connected``. A chain is recomputed once: a gradient made on the way to a later one is
+        ``keep``-t until the backward of the product it entered takes it (that backward runs next)."""
+        if self.kept is not None and self.kept[0] == connected:
+            value = self.kept[1]
+        else:
+            source = self.source.value(connected, keep=True) if isinstance(self.source, _Recipe) else self.source
+            with _autocast(self.autocast):
+                value = _vjp(self.spec, self.tensors, source, self.wrt, connected)[0]
+        self.kept = (connected, value) if keep else None
+        return value
+
+
+#: the explanation gradients that elementwise products made, by tensor: what a later backward may recompute
+_RECIPES: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _recipe_of(grad: Tensor) -> _Recipe | None:
+    """``grad``'s recipe, unless it changed since it was made (the engine sums a second route into it in place)."""
+    recipe = _RECIPES.get(grad)
+    return recipe if recipe is not None and recipe.version == grad._version else None
+
+
 class _DynamicVjp(torch.autograd.Function):
     """The backward of :class:`_DynamicProduct` (the gradients to the tensors marked ``wrt``) as a function that stores
     only its inputs: a second backward differentiates the first in closed form where it can (an explanation's, to
     ``x`` alone, of a product with closed-form gradients: :func:`_input_vjp_vjp`), else recomputes it and
-    differentiates it."""
+    differentiates it.
+
+    In an explanation's backward the incoming gradient of a product is often what the product after it made by an
+    elementwise scaling (a norm's ``1/σ``, a unit's ``|cos|^(B-1)``): such a gradient is not stored but recomputed
+    from its :class:`_Recipe` in the second backward, so that a chain of elementwise products stores one gradient."""
 
     @staticmethod
     def forward(ctx, spec: _Spec, wrt: tuple[bool, ...], grad: Tensor,  # noqa: D102
                 *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
-        ctx.save_for_backward(grad, *tensors)
-        ctx.spec, ctx.wrt, ctx.autocast = spec, wrt, _autocast_state(grad)
+        recipe = _recipe_of(grad)
+        ctx.save_for_backward(None if recipe else grad, *tensors)
+        ctx.recipe, ctx.spec, ctx.wrt, ctx.autocast = recipe, spec, wrt, _autocast_state(grad)
         ctx.set_materialize_grads(False)
-        return _vjp(spec, tensors, grad, wrt, connected=False)  # None: no gradient (zero), never materialised
+        grads = _vjp(spec, tensors, grad, wrt, connected=False)  # None: no gradient (zero), never materialised
+        if spec.elementwise and wrt[0] and not any(wrt[1:]):
+            _RECIPES[grads[0]] = _Recipe(spec, wrt, ctx.autocast, recipe or grad, tensors, grads[0]._version)
+        return grads
 
     @staticmethod
     def backward(ctx, *grad_grads: Tensor | None):  # noqa: D102
         grad, *tensors = ctx.saved_tensors
         spec, wrt = ctx.spec, ctx.wrt
+        if ctx.recipe is not None:
+            with torch.set_grad_enabled(torch.is_grad_enabled()):
+                grad = ctx.recipe.value(torch.is_grad_enabled())
         needs = _needed(ctx, (grad, *tensors), ctx.needs_input_grad[2:])
         connected = torch.is_grad_enabled()  # a third order: keep this backward differentiable too
         with _autocast(ctx.autocast):

@@ -2,8 +2,10 @@
 :class:`rightreasons.measure.StepCounter`: a step made of many small operations is bound by the host, so their number
 must not creep back up (``make bench``, section ``launches``, measures B-cos ResNet-50).
 
-The bounds are the counts the closed-form backwards reach (issue 32); the mechanism before them took 6.4x (plain) and
-14.3x (guided at the input) the operations of torchvision's ResNet-18 in the same setting. Never timed.
+The bounds are the counts the closed-form backwards reach (issue 32), with the few operations an explanation's second
+backward spends to recompute the gradients it does not store (:class:`~rightreasons.bcos.dynamic._Recipe`); the
+mechanism before them took 6.4x (plain) and 14.3x (guided at the input) the operations of torchvision's ResNet-18 in
+the same setting. Never timed.
 """
 
 from __future__ import annotations
@@ -74,9 +76,9 @@ def test_a_plain_bcos_step_takes_at_most_4_25_times_the_operations_of_a_standard
     assert ratio <= 4.25, f"{ratio:.2f}x; by op: {step_counts['plain'].by_op.most_common(10)}"
 
 
-def test_a_guided_bcos_step_takes_at_most_9_1_times_the_operations_of_a_standard_one(step_counts):
+def test_a_guided_bcos_step_takes_at_most_9_4_times_the_operations_of_a_standard_one(step_counts):
     ratio = step_counts["guided"].ops / step_counts["standard"].ops
-    assert ratio <= 9.1, f"{ratio:.2f}x; by op: {step_counts['guided'].by_op.most_common(10)}"
+    assert ratio <= 9.4, f"{ratio:.2f}x; by op: {step_counts['guided'].by_op.most_common(10)}"
 
 
 def layer_counts(kernel_size: int) -> dict[str, Counts]:
@@ -101,7 +103,7 @@ def layer_counts(kernel_size: int) -> dict[str, Counts]:
     return {"plain": count(plain), "explained": count(explained)}
 
 
-@pytest.mark.parametrize("kernel_size, plain, explained", [(3, 59, 133), (1, 56, 129)])
+@pytest.mark.parametrize("kernel_size, plain, explained", [(3, 59, 139), (1, 56, 135)])
 def test_a_unit_and_its_norm_take_a_bounded_number_of_operations(kernel_size, plain, explained):
     """The forward alone takes 24 (3x3) or 22 (1x1) of them, the release's own operations; a standard conv +
     BatchNorm + ReLU takes 14 for forward and backward."""
