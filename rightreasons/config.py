@@ -25,8 +25,8 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["FieldError", "MAX_DEPTH", "apply_overrides", "construct", "convert_arguments", "diff_configs", "excerpt",
-           "expect", "from_dict", "load_config", "read_config", "read_yaml", "to_dict", "type_name",
+__all__ = ["FieldError", "MAX_DEPTH", "MAX_SEED", "apply_overrides", "construct", "convert_arguments", "diff_configs",
+           "excerpt", "expect", "from_dict", "load_config", "read_config", "read_yaml", "to_dict", "type_name",
            "yaml_value"]
 
 T = TypeVar("T")
@@ -34,6 +34,8 @@ _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 MAX_DEPTH = 32
 """Deepest nesting of mappings and lists a config may have (real configs use four levels)."""
+MAX_SEED = 2 ** 32 - 1
+"""Largest seed a run may have: numpy's global seed (which accelerate's ``set_seed`` sets) takes 0 to 2³² − 1."""
 MAX_VALUES = 100_000
 """Most values a config may hold once its YAML aliases are expanded (a few hundred bytes of nested aliases can stand
 for billions of values, which every later traversal — validation, error messages, saving — would expand)."""
@@ -67,7 +69,24 @@ def expect(ok: bool, key: str, value: Any, what: str) -> None:
 
 class _ConfigLoader(yaml.SafeLoader):
     """The safe loader, refusing nesting deeper than :data:`MAX_DEPTH` (which would exhaust the recursion of the
-    parser)."""
+    parser) and a key given twice in one mapping (YAML keeps the last silently: ``lr`` given twice trained at the
+    second value)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: the keys beside it override on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = lines.setdefault(key, line)
+            except TypeError:  # an unhashable key: the constructor below refuses it
+                continue
+            if first != line:
+                raise ConfigError(f"key {key!r} is given twice in one mapping, on line {first} and on line {line}; "
+                                  "keep one of them")
+        return super().construct_mapping(node, deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth = getattr(self, "_depth", 0) + 1
@@ -311,9 +330,12 @@ def read_config(path: str | Path, overrides: list[str] | None = None) -> dict[st
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = read_yaml(path.read_text(encoding="utf-8")) or {}
+        data = read_yaml(path.read_text(encoding="utf-8"))
     except _YAML_ERRORS as e:  # UnicodeDecodeError is a ValueError
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if data is None or data == {}:  # every default would run: 10 epochs into runs/train, nothing the user chose
+        raise ConfigError(f"{path}: the file holds no keys (it is empty, null or {{}}); expected a mapping of config "
+                          "sections")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return apply_overrides(data, overrides or [])

@@ -1,4 +1,5 @@
-"""How rightreasons talks to a person on the console: the logging setup and the thread count of the command line.
+"""How rightreasons talks to a person on the console: the logging setup and the thread count of the command line,
+and what to tell them when a thread or process cannot start (:func:`cannot_start`).
 
 Status messages (what a run is doing, where it wrote its files) go through :mod:`logging`, to loggers named after
 their modules (``logging.getLogger(__name__)``, or accelerate's ``get_logger(__name__)`` under multi-process
@@ -26,13 +27,14 @@ is loaded.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import sys
 
-__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "WARNINGS_LOGGER", "configure_logging", "console_loggers", "count",
-           "plain_text", "set_threads"]
+__all__ = ["LOGGER_NAME", "VERBOSITY_LEVELS", "WARNINGS_LOGGER", "cannot_start", "configure_logging",
+           "console_loggers", "count", "plain_text", "set_threads"]
 
 LOGGER_NAME = "rightreasons"
 """The root of the package's logger hierarchy."""
@@ -138,3 +140,16 @@ def count(n: int, noun: str) -> str:
     """``n`` and ``noun`` in the number that reads right: ``count(1, "image")`` is "1 image", ``count(3, "epoch")``
     "3 epochs" (thousands separated)."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def cannot_start(error: BaseException) -> str | None:
+    """What to tell the user when ``error`` says that a thread or process could not start — ``fork``/``clone``
+    answering ``EAGAIN`` (``BlockingIOError``) or threading's "can't start new thread" — else ``None``. The cause is
+    the machine's process table or the user's process limit, never the disk, so a write that failed this way must not
+    be reported as a full disk."""
+    if isinstance(error, OSError) and error.errno == errno.EAGAIN or \
+            isinstance(error, RuntimeError) and "can't start new thread" in str(error):
+        return (f"a thread or process could not start ({type(error).__name__}: {error}): the machine's process "
+                "table or this user's process limit (ulimit -u) is exhausted; end processes or threads elsewhere, or "
+                "ask for fewer (--threads, data.num_workers)")
+    return None

@@ -5,6 +5,14 @@ over the target (``os.replace``, atomic on POSIX filesystems) and flushes the di
 ``SIGKILL`` a reader finds either the complete old file or the complete new one, never a mix. Model files, checkpoint
 states, cache shards, summaries and reports are all written through it.
 
+Nothing is written through a symbolic link (a link planted at a path a command writes would have its target — a file
+of another run or another user — overwritten): :func:`atomic_write` refuses a link at its path, and its temporary
+file has a unique name, is created exclusively and never through a link (``O_EXCL | O_NOFOLLOW``) and is locked while
+it is written, so that the next write of the same path removes the temporaries of a killed writer;
+:func:`open_no_follow` opens a file written in place (a log, a dataset's images) with ``O_NOFOLLOW``; and
+:func:`refuse_links` lets a command refuse, at its start, links at the paths it will write. Each refusal
+(:func:`refuse_link`) names the path and says that it is a symbolic link.
+
 :func:`writable_directory` is the one check, before any work, that an output directory can be created and written.
 
 :func:`json_text` is the one JSON encoder of what the package writes: it refuses NaN and ±inf (which JSON cannot
@@ -29,27 +37,32 @@ classes.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import fcntl
+import glob
 import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .errors import NonFiniteError, RightReasonsError, UsageError
 from .faults import boundary
 
 __all__ = ["DirectoryLock", "LOCK_FILE", "atomic_write", "atomic_write_all", "file_defect", "file_digest",
-           "file_record", "fsync_path", "json_text", "read_json_object", "remove_tree", "require_free_space",
-           "writable_directory", "writable_file", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+           "file_record", "fsync_path", "json_text", "open_no_follow", "read_json_object", "refuse_link",
+           "refuse_links", "remove_tree", "require_free_space", "writable_directory", "writable_file",
+           "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
 
@@ -167,7 +180,7 @@ class DirectoryLock:
             _HELD[key][1] += 1
             self.held = True
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_fd(self.path, os.O_RDWR | os.O_CREAT, self.error, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -222,6 +235,26 @@ def require_free_space(path: str | os.PathLike, needed: int, what: str, advice: 
                     f"are free{f'; {advice}' if advice else ''}")
 
 
+def refuse_link(path: str | os.PathLike, error: type[RightReasonsError] = UsageError) -> None:
+    """Refuse with ``error`` to write ``path`` when it is a symbolic link: writing would change what the link points
+    to — a file of another run or of another user, outside the directory the command writes."""
+    if Path(path).is_symlink():
+        raise error(f"{path} is a symbolic link (to {os.readlink(path)}); rightreasons never writes through a link, "
+                    "which could overwrite a file outside the directory it writes: remove the link (or choose "
+                    "another output) and run the command again")
+
+
+def refuse_links(root: str | os.PathLike, paths: Iterable[str], error: type[RightReasonsError] = UsageError) -> None:
+    """Refuse with ``error``, before any work, a symbolic link at any of ``paths`` (relative to directory ``root``)
+    or at a folder between ``root`` and one of them: the files and folders a command will write in ``root``
+    (:func:`refuse_link`). ``root`` itself may be a link (an output directory on another disk)."""
+    for relative in paths:
+        path = Path(root)
+        for part in Path(relative).parts:
+            path = path / part
+            refuse_link(path, error)
+
+
 def writable_file(path: str | os.PathLike, what: str = "output file") -> Path:
     """Check, before any work is done and without touching the disk, that file ``path`` can be written (atomically):
     its folder can be created and written (:func:`writable_directory` with ``create=False``) and ``path`` is not a
@@ -233,52 +266,124 @@ def writable_file(path: str | os.PathLike, what: str = "output file") -> Path:
     return path
 
 
+_OPEN_FLAGS = {"a": os.O_WRONLY | os.O_APPEND | os.O_CREAT, "r+b": os.O_RDWR,
+               "wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC}
+
+
+def _open_fd(path: str | os.PathLike, flags: int, error: type[RightReasonsError] = UsageError,
+             permissions: int = 0o666) -> int:
+    """``os.open(path, flags)`` that never follows a symbolic link at ``path`` (``O_NOFOLLOW``): a link is refused
+    with ``error`` (:func:`refuse_link`)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, permissions)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            refuse_link(path, error)
+        raise
+
+
+def open_no_follow(path: str | os.PathLike, mode: str, error: type[RightReasonsError] = UsageError) -> IO[Any]:
+    """``open(path, mode)`` for writing in place — ``"a"`` (append, created when missing), ``"r+b"`` (an existing
+    file, e.g. to truncate it) or ``"wb"`` (created or emptied) — that never follows a symbolic link at ``path``: a
+    link is refused with ``error``. For files written bit by bit (a log) or too many to write atomically (a dataset's
+    images)."""
+    path = Path(path)
+    return os.fdopen(_open_fd(path, _OPEN_FLAGS[mode], error), mode)
+
+
+#: the name of a temporary file beside ``<name>``: ``.<name>.<12 hex digits>.tmp`` (group 1: ``<name>``)
+_TEMPORARY = re.compile(r"\.(.+)\.[0-9a-f]{12}\.tmp")
+
+
+def _label(path: Path) -> str:
+    """``path``'s name in a fault boundary, the same in every run: a temporary file's unique part is left out (a
+    writer handed a temporary file, such as a model staged by :func:`atomic_write_all`, writes it atomically too), so
+    that the kill-point harness finds the boundaries of one run again in the next."""
+    match = _TEMPORARY.fullmatch(path.name)
+    return path.name if match is None else f"{match.group(1)} (temporary)"
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files of ``path`` that no process is writing any more: those of a writer that was killed
+    before its rename (:func:`_temporary` holds an ``flock`` on its file until it is renamed or removed, and the kernel
+    releases it when the writer dies), so that a crash leaves no temporary file for good. A link at such a name is
+    removed itself."""
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        match = _TEMPORARY.fullmatch(stale.name)
+        if match is None or match.group(1) != path.name:
+            continue
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:  # renamed or removed by its writer meanwhile, or not this user's to touch
+            if e.errno == errno.ELOOP:
+                stale.unlink(missing_ok=True)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a live writer's
+            continue
+        else:
+            stale.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _temporary(path: Path) -> Iterator[Path]:
+    """A new temporary file beside ``path``, named ``.<name>.<unique>.tmp`` (unpredictable, so that no link can be
+    planted at it in advance) and created exclusively without following a link (``O_EXCL``), with the permissions a
+    new file gets under the umask; locked (``flock``) while this process writes it and removed unless it was renamed.
+    Stale temporaries of ``path`` (of a killed writer) are removed first. ``path`` itself must not be a link
+    (:func:`refuse_link`); its folder is created when missing."""
+    refuse_link(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    fd = _open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)  # gone already when it was renamed
+        os.close(fd)  # releases the flock
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Create or replace ``path`` atomically: ``write(tmp)`` fills a temporary file beside it (named
-    ``.<name>.<unique>.tmp``, with the permissions a new file gets under the umask), which is then fsync'ed and renamed
-    over ``path``; the directory is fsync'ed last. The parent directory is created when missing. When ``write``
-    raises, ``path`` is untouched and the temporary file is removed.
+    """Create or replace ``path`` atomically: ``write(tmp)`` fills a temporary file beside it (:func:`_temporary`),
+    which is then fsync'ed and renamed over ``path``; the directory is fsync'ed last. The parent directory is created
+    when missing; a symbolic link at ``path`` is refused (:func:`refuse_link`). When ``write`` raises, ``path`` is
+    untouched and the temporary file is removed; one left by a killed writer is removed by the next write of ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    try:
+    with _temporary(path) as tmp:
         write(tmp)
         fsync_path(tmp)
-        boundary(f"atomic-write {path.name}: written, not renamed")
+        boundary(f"atomic-write {_label(path)}: written, not renamed")
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     fsync_path(path.parent)
-    boundary(f"atomic-write {path.name}: renamed")
+    boundary(f"atomic-write {_label(path)}: renamed")
     return path
 
 
 def atomic_write_all(writes: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]]) -> None:
-    """Create or replace several files, none of them before all are written: each ``write(staged)`` fills
-    ``.<name>.staged`` beside its path (a fixed name, so that crash tests can name the boundaries; it is fsync'ed),
-    then the staged files are renamed over their paths in the given order. When a write raises, no path is touched
-    and the staged files are removed. A crash between two renames leaves only the earlier paths replaced, so the last
-    path should be the one that marks the set complete.
+    """Create or replace several files, none of them before all are written: each ``write(staged)`` fills a
+    temporary file beside its path (:func:`_temporary`; it is fsync'ed), then the staged files are renamed over their
+    paths in the given order. When a write raises, no path is touched and the staged files are removed. A crash
+    between two renames leaves only the earlier paths replaced, so the last path should be the one that marks the set
+    complete.
     """
-    staged: list[tuple[Path, Path]] = []
-    try:
+    with contextlib.ExitStack() as staging:
+        staged: list[tuple[Path, Path]] = []
         for path, write in writes:
             path = Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            staged.append((path.with_name(f".{path.name}.staged"), path))
+            staged.append((staging.enter_context(_temporary(path)), path))
             write(staged[-1][0])
             fsync_path(staged[-1][0])
-            boundary(f"atomic-write {path.name}: staged")
+            boundary(f"atomic-write {_label(path)}: staged")
         for tmp, path in staged:
             os.replace(tmp, path)
             fsync_path(path.parent)
-            boundary(f"atomic-write {path.name}: renamed")
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+            boundary(f"atomic-write {_label(path)}: renamed")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

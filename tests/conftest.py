@@ -37,7 +37,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -94,6 +94,17 @@ def _bcos_input(n: int = 4, size: int = 16, dtype: torch.dtype = torch.float32) 
     """Random images in the six-channel B-cos encoding ``[rgb, 1 − rgb]``."""
     rgb = torch.rand(n, 3, size, size, dtype=dtype)
     return torch.cat([rgb, 1 - rgb], 1)
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """TorchDynamo's caches emptied before and after the test (``pytestmark = pytest.mark.usefixtures(...)`` in the
+    modules that compile): a compiled graph or a recompilation limit never carries over from one test to the next."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 @pytest.fixture

@@ -130,7 +130,7 @@ def _axes(block: Mapping[str, Any], where: str) -> list[list[tuple[str, str | No
             if not value or not all(isinstance(b, Mapping) for b in value.values()):
                 raise GridError(f"{where}: axis {key!r} must map labels to bundles of settings, got {value!r} "
                                 "(set mapping-valued config keys through dotted keys)")
-            axes.append([(key, str(label), dict(bundle)) for label, bundle in value.items()])
+            axes.append([(key, _plain_label(label, key, where), dict(bundle)) for label, bundle in value.items()])
         elif isinstance(value, list):
             if not value:
                 raise GridError(f"{where}: axis {key!r} is empty")
@@ -138,6 +138,27 @@ def _axes(block: Mapping[str, Any], where: str) -> list[list[tuple[str, str | No
         else:
             axes.append([(key, None, {key: value})])
     return axes
+
+
+def _plain_label(label: Any, key: str, where: str) -> str:
+    """``label`` of a bundle of axis ``key`` as a string, when it is a plain name: a run's directory is named from
+    labels, so ``../../x`` would put a run outside the output root and ``b/../a`` would share the directory of ``a``."""
+    text = str(label)
+    if not text.strip() or text in (".", "..") or any(c in text for c in "/\\\x00"):
+        raise GridError(f"{where}: label {text!r} of axis {key!r} is not a plain name; expected a name without '/', "
+                        "'\\' or NUL that is not '.' or '..'")
+    return text
+
+
+def _run_name(name: str, where: str) -> str:
+    """``name`` rendered for a run, when it is a relative path of plain parts (no ``.``, ``..`` or empty part): the
+    run's directory is ``output_root / name``, inside the root and different from every other name's."""
+    parts = name.replace("\\", "/").split("/")
+    if "\x00" in name or any(part in ("", ".", "..") for part in parts):
+        raise GridError(f"{where}: run name {name!r} is not a relative path of plain names (it starts with '/', or "
+                        "holds an empty, '.' or '..' part); the run must write inside output_root, to a directory of "
+                        "its own")
+    return name
 
 
 def _merge(target: dict[str, Any], settings: Mapping[str, Any], where: str, taken: set[str]) -> None:
@@ -188,7 +209,7 @@ def load_grid(path: str | Path, extra: Sequence[str] = ()) -> list[Run]:
             items = (*(f"{k}={yaml_value(v)}" for k, v in overrides.items()), *extra)
             probe = Run.load("", "", settings["command"], base, items, root)
             values = {**_flatten(to_dict(probe.config)), **labels}
-            name = _render(str(settings["name"]), values, where)
+            name = _run_name(_render(str(settings["name"]), values, where), where)
             params = {**{k: v for k, v in overrides.items() if k not in fixed}, **labels}
             runs.append(Run.load(name, _render(str(settings["group"]), values, where), settings["command"], base,
                                  items, root / name, params))

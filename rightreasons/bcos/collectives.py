@@ -4,6 +4,8 @@ process's batch, from one all-reduce, differentiable to every order (:mod:`right
 
 from __future__ import annotations
 
+import datetime
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -52,11 +54,22 @@ def synchronised_statistics(x: Tensor, dim: tuple[int, ...], centred: bool,
 _STATISTICS_GROUP: tuple[dist.ProcessGroup, dist.ProcessGroup] | None = None
 
 
+def _timeout_of(group: dist.ProcessGroup) -> datetime.timedelta | None:
+    """The timeout ``group`` was formed with (``None`` where torch does not tell): a group made with ``new_group``
+    waits torch's default of 30 minutes otherwise, whatever the launch set for its default group."""
+    for device in ("cpu", "cuda"):
+        try:
+            return group._get_backend(torch.device(device)).options._timeout
+        except (AttributeError, RuntimeError, ValueError):
+            continue
+    return None
+
+
 def statistics_group() -> dist.ProcessGroup:
-    """The process group synchronised norms use by default: all processes, in a group of their own (made once per
-    default group, collectively: every process must call this at the same point)."""
+    """The process group synchronised norms use by default: all processes, in a group of their own with the default
+    group's timeout (made once per default group, collectively: every process must call this at the same point)."""
     global _STATISTICS_GROUP
     world = dist.group.WORLD
     if _STATISTICS_GROUP is None or _STATISTICS_GROUP[0] is not world:
-        _STATISTICS_GROUP = (world, dist.new_group())
+        _STATISTICS_GROUP = (world, dist.new_group(timeout=_timeout_of(world)))
     return _STATISTICS_GROUP[1]

@@ -216,9 +216,13 @@ class AnnotatedDataset(Dataset):
         h, w = image.shape[-2:]
         if self.records.sizes is not None and tuple(self.records.sizes[index]) != (h, w):
             declared_h, declared_w = (int(v) for v in self.records.sizes[index])
+            turned = ("; the declared size is the image's turned by 90°: images are read with their EXIF orientation "
+                      "applied, as viewers show them, so an annotation of the stored, unturned pixels does not fit"
+                      if (declared_h, declared_w) == (w, h) else "")
             raise DataError(f"{where(self.source(index), record)}: the image file is {w} × {h} pixels (W × H), but "
                             f"{self.annotation_file(index)} declares {declared_w} × {declared_h}; its boxes are in the "
-                            "declared size's pixels and would be misplaced (fix the annotation's size or the image)")
+                            f"declared size's pixels and would be misplaced (fix the annotation's size or the "
+                            f"image){turned}")
         boxes, box_labels = self.records.boxes_of(index)
         boxes, box_labels = check_boxes(boxes, box_labels, (h, w), self.box_policy,
                                         where(self.source(index), record))

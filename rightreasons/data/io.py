@@ -6,6 +6,12 @@ that keep what a dataset reads inside its root.
   symlink inside the dataset that points elsewhere is refused (link the dataset directory itself instead).
 * Images larger than :data:`MAX_PIXELS` (or the limit given) are refused from their header, before any pixel is
   decoded: a 17 kB PNG can declare 12000 × 12000 pixels and cost gigabytes once decoded.
+* An image is read as every viewer shows it: its EXIF orientation applied (:func:`ImageOps.exif_transpose`), so that
+  boxes drawn on the displayed image land on the same pixels; the loaders compare the oriented size with the one the
+  annotation declares.
+* An image whose longer side is more than :data:`MAX_ASPECT_RATIO` times its shorter side is refused from its header
+  too: resizing its shorter side to a model's input size would make it enormous (a 2 × 20,000,000 image within the
+  pixel limit asked for 6 TB).
 * High-bit-depth grey images are scaled to 8 bits, not clipped (:data:`DEEP_RANGES`): 16-bit integers (PNG, TIFF)
   ``v → round(v · 255 / 65535)``; floats (TIFF) must lie in ``[0, 1]`` and become ``round(v · 255)``. A NaN or
   infinite pixel, or a value outside the mode's range, is a :class:`DataError` naming the file.
@@ -19,16 +25,20 @@ from pathlib import Path, PureWindowsPath
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 from torch import Tensor
 
 from .errors import DataError
 
-__all__ = ["DEEP_RANGES", "MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask", "read_text",
-           "relative_path", "require_dir", "require_file"]
+__all__ = ["DEEP_RANGES", "MAX_ASPECT_RATIO", "MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask",
+           "read_text", "relative_path", "require_dir", "require_file"]
 
 MAX_PIXELS = 40_000_000
 """Default largest image (width × height) a dataset or command reads: 40 megapixels."""
+
+MAX_ASPECT_RATIO = 100
+"""Largest ratio of an image's longer side to its shorter side that a dataset or command reads (panoramas reach about
+10): the transforms resize the shorter side to the input size, which makes the longer one this many times as long."""
 
 #: PIL mode of a high-bit-depth grey image → the range of its pixel values that maps onto 0 … 255 (16-bit integers in
 #: PIL's 16-bit modes or its 32-bit mode ``I``, which PNG and TIFF readers also use for them; floats in [0, 1])
@@ -97,12 +107,13 @@ _DECODE_ERRORS = (UnidentifiedImageError, Image.DecompressionBombError, OSError,
 def open_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS, mode: str = "RGB") -> Image.Image:
     """Decode an image file with PIL, converted to ``mode`` (grey, palette and CMYK images become RGB by default).
 
-    An image of more than ``max_pixels`` pixels (``None``: no limit but PIL's own) is refused from its header, before
-    decoding, with a :class:`DataError` naming the file; so is anything PIL cannot decode."""
+    The image is turned by its EXIF orientation, as viewers show it. An image of more than ``max_pixels`` pixels
+    (``None``: no limit but PIL's own) or of an aspect ratio beyond :data:`MAX_ASPECT_RATIO` is refused from its
+    header, before decoding, with a :class:`DataError` naming the file; so is anything PIL cannot decode."""
     path = require_file(path, "image file")
     try:
         with _open_checked(path, max_pixels) as img:
-            return _eight_bit(img, path).convert(mode)
+            return _eight_bit(_oriented(img), path).convert(mode)
     except DataError:
         raise
     except _DECODE_ERRORS as e:
@@ -120,7 +131,22 @@ def _open_checked(path: Path, max_pixels: int | None) -> Image.Image:
         img.close()
         raise DataError(f"{path}: the image has {width} × {height} = {width * height:,} pixels, more than the "
                         f"limit of {max_pixels:,} (data.options.max_pixels); resize it or raise the limit")
+    if max(width, height) > MAX_ASPECT_RATIO * max(min(width, height), 1):
+        img.close()
+        ratio = max(width, height) / max(min(width, height), 1)
+        raise DataError(f"{path}: the image is {width} × {height} pixels (W × H), an aspect ratio of {ratio:,.0f}:1; "
+                        "resizing its shorter side to the model's input size would make its longer side "
+                        f"{ratio:,.0f} times that size; expected an aspect ratio of at most {MAX_ASPECT_RATIO}:1 "
+                        "(crop or pad the image)")
     return img
+
+
+def _oriented(img: Image.Image) -> Image.Image:
+    """``img`` turned and mirrored as its EXIF orientation says (what every viewer shows, and what boxes drawn on
+    the shown image refer to); ``img`` itself when it has no orientation to apply (no copy)."""
+    if img.getexif().get(ExifTags.Base.Orientation, 1) in (1, None):
+        return img
+    return ImageOps.exif_transpose(img)
 
 
 def _eight_bit(img: Image.Image, path: Path) -> Image.Image:
@@ -149,8 +175,9 @@ def read_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> 
     path = require_file(path, "image file")
     try:
         with _open_checked(path, max_pixels) as img:
-            rgb = img if img.mode == "RGB" else _eight_bit(img, path).convert("RGB")
-            pixels = np.array(rgb)  # decodes; a writable copy of the packed pixels
+            oriented = _oriented(img)
+            rgb = oriented if oriented.mode == "RGB" else _eight_bit(oriented, path).convert("RGB")
+            pixels = np.array(rgb)  # decodes (a turned image: already decoded); a writable copy of the pixels
     except DataError:
         raise
     except _DECODE_ERRORS as e:

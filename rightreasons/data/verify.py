@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
 from .base import AnnotatedDataset
 from .errors import BoxWarning, DataError
 
-__all__ = ["sample_problems"]
+__all__ = ["check_training_splits", "sample_problems", "shared_ids"]
 
 
 class _Problems(Dataset):
@@ -46,3 +47,37 @@ def sample_problems(dataset: AnnotatedDataset, indices: Sequence[int] | None = N
     checked = _Problems(dataset, range(len(dataset)) if indices is None else indices)
     loader = DataLoader(checked, batch_size=None, num_workers=workers if len(checked) else 0)
     return [message for message in loader if message]
+
+
+def _split_name(dataset: Any) -> str:
+    """``dataset`` in messages about its split: ``split 'val' of voc2007``, or its repr for other datasets."""
+    split, name = getattr(dataset, "split", None), getattr(dataset, "name", None)
+    return f"split {split!r} of {name}" if split is not None and name is not None else repr(dataset)
+
+
+def shared_ids(first: Any, second: Any) -> str | None:
+    """The problem of two splits meant to be disjoint (train, val, test) that hold the same image ids — leakage: a
+    model chosen or scored on one would be judged on images it trained on — or ``None``. Ids name images within one
+    dataset, so only splits of the same dataset (``name``) that have ``ids`` are compared (e²KD may validate on
+    another dataset)."""
+    ids = getattr(first, "ids", None), getattr(second, "ids", None)
+    name = getattr(first, "name", None)
+    if ids[0] is None or ids[1] is None or name is None or name != getattr(second, "name", None):
+        return None
+    shared = sorted(set(map(str, ids[0])) & set(map(str, ids[1])))
+    if not shared:
+        return None
+    examples = ", ".join(repr(i) for i in shared[:5]) + (", ..." if len(shared) > 5 else "")
+    return (f"{_split_name(first)} and {_split_name(second)} share {len(shared)} image id(s) ({examples}): a model "
+            "chosen or scored on one would be judged on images it trained on; expected every image in one split only")
+
+
+def check_training_splits(train_set: Any, val_set: Any) -> None:
+    """Refuse, before any training, a validation split without images (validation after the first epoch would
+    fail) and a training and validation split that share images (:func:`shared_ids`), with a :class:`DataError`."""
+    if len(val_set) == 0:
+        raise DataError(f"{_split_name(val_set)} holds no images; validation needs at least one (data.val_split "
+                        "names the split, its list of ids is empty)")
+    problem = shared_ids(train_set, val_set)
+    if problem is not None:
+        raise DataError(problem)

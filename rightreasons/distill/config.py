@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..classification.config import ClassificationConfig
-from ..config import FieldError, expect
+from ..config import MAX_SEED, FieldError, expect
 from ..models import checked_arguments
 from .explanations import EXPLANATION_CHOICES
 from .formats import DEFAULT_FORMAT, FORMATS
@@ -144,7 +144,8 @@ class DistillSection:
         expect(self.frozen is None or bool(self.frozen.strip()), "frozen", self.frozen, "a cache directory or null")
         expect(0 < self.crop_fraction <= 1, "crop_fraction", self.crop_fraction, "a fraction in (0, 1]")
         expect(self.shots is None or self.shots >= 1, "shots", self.shots, "an integer >= 1 or null")
-        expect(self.shots_seed >= 0, "shots_seed", self.shots_seed, "an integer >= 0")
+        expect(0 <= self.shots_seed <= MAX_SEED, "shots_seed", self.shots_seed,
+               "an integer >= 0 and <= 4294967295 (2**32 - 1: numpy's seeds)")
         expect(self.frozen is None or self.at_weight == 0, "at_weight", self.at_weight,
                "0 with distill.frozen (a cache holds logits and explanations only; attention transfer needs the live "
                "teacher)")

@@ -13,12 +13,12 @@ from accelerate.utils import gather_object
 from torch import Tensor, nn
 
 from ..data import eval_transform, load_dataset
-from ..engine.launch import start_checks, use_cpu
+from ..engine.launch import process_group_kwargs, start_checks, use_cpu
 from ..errors import CacheError, TrainingError, UsageError
-from ..fileio import LOCK_FILE, DirectoryLock, writable_directory
+from ..fileio import LOCK_FILE, DirectoryLock, refuse_links, writable_directory
 from ..explain import attribute, layer_for
 from ..models import capabilities, create_model, model_file, resolve_architecture
-from .cache import weights_fingerprint, write_cache
+from .cache import MANIFEST, WRITERS, weights_fingerprint, write_cache
 from .config import DistillConfig, TeacherConfig
 from .explanations import freeze, resolve_explanation
 from .subsets import ShotSubset, few_shot_indices
@@ -75,11 +75,13 @@ def write_teacher_cache(config: DistillConfig, out: str | Path, *, batch_size: i
     """Compute ``config.teacher``'s logits and explanations once per training image of ``config.data`` (the
     ``distill.shots`` subset when set) on the base view, and write them to ``out`` (resumable; see
     :mod:`rightreasons.distill.cache`). Uses every process of an ``accelerate``/``torchrun`` launch; the main
-    process holds the lock of ``out`` (:class:`~rightreasons.fileio.DirectoryLock`) until the cache is written."""
-    state = PartialState(cpu=use_cpu(config.cpu))
+    process holds the lock of ``out`` (:class:`~rightreasons.fileio.DirectoryLock`) until the cache is written. A
+    symbolic link at a file the cache writes is refused before any work (the shards' at their writes)."""
+    state = PartialState(cpu=use_cpu(config.cpu), **process_group_kwargs().to_kwargs())  # bounded waits
     lock = DirectoryLock(out, "cache directory", CacheError)
     created = not Path(out).exists()
-    start_checks(state, lambda: (writable_directory(out, "cache directory"), lock.acquire()))
+    start_checks(state, lambda: (writable_directory(out, "cache directory"),
+                                 refuse_links(out, (LOCK_FILE, WRITERS, MANIFEST), CacheError), lock.acquire()))
     try:
         return _write_teacher_cache(config, out, state, batch_size, shard_size)
     except BaseException:

@@ -11,6 +11,9 @@ Wherever a trained model is expected, a user may name any of a run's artefacts:
 
 A checkpoint's weights file is accelerate's plain state dict, without the architecture that an exported model file
 records: the model is then rebuilt from the config (:attr:`RunArtifact.architecture_in_file` says which).
+
+What a run leaves behind is its own: :func:`refuse_run_file` keeps every other command's output (``evaluate --out``,
+``bcosify --out``) off a run's model, summary, metrics log, lock, checkpoints and TensorBoard logs.
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
-from ..fileio import read_json_object
+from ..errors import CheckpointError, UsageError
+from ..fileio import LOCK_FILE, read_json_object
 from .checkpointing import MANIFEST, STATE_FILE, checkpoint_defect
+from .trackers import TENSORBOARD_FOLDER
+from .trainer import METRICS_FILE, SUMMARY
 from .trainer import MODEL_FILE as WEIGHTS
-from .trainer import SUMMARY
 
-__all__ = ["RunArtifact", "locate_artifact"]
+__all__ = ["RUN_OWNED", "RunArtifact", "locate_artifact", "refuse_run_file"]
+
+CHECKPOINTS = "checkpoints"
+RUN_OWNED = (WEIGHTS, SUMMARY, METRICS_FILE, LOCK_FILE, CHECKPOINTS, TENSORBOARD_FOLDER)
+"""The files and folders of a run's directory that only its training writes."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class RunArtifact:
 
 def _is_checkpoint(directory: Path) -> bool:
     return ((directory / STATE_FILE).is_file() or (directory / MANIFEST).is_file()
-            or directory.parent.name == "checkpoints" and directory.name.startswith("step-"))
+            or directory.parent.name == CHECKPOINTS and directory.name.startswith("step-"))
 
 
 def _from_checkpoint(directory: Path) -> RunArtifact:
@@ -81,10 +89,30 @@ def locate_artifact(path: str | Path, what: str = "model") -> RunArtifact:
         return _from_checkpoint(path)
     if (path / WEIGHTS).is_file():
         return _from_model_file(path / WEIGHTS)
-    checkpoints = path if path.name == "checkpoints" else path / "checkpoints"
+    checkpoints = path if path.name == CHECKPOINTS else path / CHECKPOINTS
     steps = sorted(p.name for p in checkpoints.glob("step-*"))
     if steps:
         raise CheckpointError(f"{what} {path}: the run has not finished (no {WEIGHTS}); name one of its checkpoints "
                               f"({', '.join(steps[-3:])}) or continue the run with --resume")
     raise CheckpointError(f"{what} {path}: a directory without a model file ({WEIGHTS}), a summary or checkpoints; "
                           "expected a run directory, a model file or a checkpoint directory")
+
+
+def _is_run(directory: Path) -> bool:
+    """Whether ``directory`` is a training run's: it holds a summary, an exported model or checkpoints."""
+    return (directory / SUMMARY).is_file() or (directory / WEIGHTS).is_file() or (directory / CHECKPOINTS).is_dir()
+
+
+def refuse_run_file(path: str | Path, what: str = "output file") -> None:
+    """Refuse with :class:`~rightreasons.errors.UsageError`, before any work, to write the file ``path`` (``what``
+    names the argument) where it would replace what a training run owns (:data:`RUN_OWNED`: its exported model,
+    summary, metrics log, lock, or anything in its checkpoints or TensorBoard logs) — ``evaluate --out
+    RUN/model.safetensors`` replaced the trained model with metrics. Files beside them (``RUN/test.json``) are free.
+    The path is resolved first, so that a link or ``..`` cannot reach a run's files either."""
+    resolved = Path(path).resolve()
+    for run in resolved.parents:
+        owned = resolved.relative_to(run).parts[0]
+        if owned in RUN_OWNED and _is_run(run):
+            raise UsageError(f"{what} {path} belongs to the training run {run} (its {owned}), which only training "
+                             f"writes: writing there would destroy the run's results; choose a file outside "
+                             f"{run / owned}, e.g. {run / 'test.json'}")

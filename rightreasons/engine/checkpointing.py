@@ -23,7 +23,10 @@ The protocol:
 * **Resuming.** :meth:`CheckpointManager.newest_verified` checks the newest checkpoint's files against its manifest
   and falls back to the newest one that verifies, with a warning naming what was wrong with the newer ones; when none
   verifies, :class:`~rightreasons.errors.CheckpointError` lists every candidate and its defect. A flipped bit, a
-  truncated or swapped file, an edited trainer state or a missing file is detected before anything is loaded.
+  truncated or swapped file, an edited trainer state or a missing file is detected before anything is loaded. A state
+  that verifies is still checked field by field before it is used (:func:`state_error` names the field, its value and
+  what was expected): the trainer checks its JSON state, :meth:`CheckpointManager.load` each process's random states
+  (accelerate skips a random state it cannot set with an info line, and the run would go on unseeded).
 
 Every step of the protocol is a named crash-test boundary (:func:`rightreasons.faults.boundary`). Our own state is
 JSON (no pickles); accelerate reads its files with ``weights_only=True``.
@@ -34,24 +37,97 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import re
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
+import torch
 from accelerate import Accelerator
+from accelerate.utils import load as load_accelerate_file
 
 from ..errors import CheckpointError, TrainingError
 from ..faults import boundary
 from ..fileio import file_defect, file_record, fsync_path, read_json_object, remove_tree, write_json_atomic
+from .launch import start_checks
 
-__all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE", "checkpoint_defect"]
+__all__ = ["CheckpointManager", "MANIFEST", "STATE_FILE", "checkpoint_defect", "checked_integer", "state_error"]
 
 STATE_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
 FORMAT = "rightreasons-checkpoint"
 _NAME = re.compile(r"^step-(\d+)$")
+#: the random states accelerate saves per process (``random_states_<rank>.pkl``) that exist here: how to read and set
+#: each
+RANDOM_STATES: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
+    "random_state": (random.getstate, random.setstate),
+    "numpy_random_seed": (np.random.get_state, np.random.set_state),
+    "torch_manual_seed": (torch.get_rng_state, torch.set_rng_state),
+    **({"torch_cuda_manual_seed": (torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all)}
+       if torch.cuda.is_available() else {}),
+}
+
+
+def described(value: Any, depth: int = 1) -> str:
+    """``value`` as an error message shows it: tensors and arrays by shape and type, sequences by their items (one
+    level deep, then by length), anything else by its ``repr`` (at most 80 characters)."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        kind = "a tensor" if isinstance(value, torch.Tensor) else "an array"
+        return f"{kind} of shape {list(value.shape)} ({value.dtype})"
+    if isinstance(value, (tuple, list)):
+        if depth == 0 or len(value) > 8:
+            return f"a {type(value).__name__} of {len(value)} items"
+        return f"a {type(value).__name__} ({', '.join(described(v, depth - 1) for v in value)})"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def state_error(path: Path, file: str, field: str, value: Any, expected: str) -> CheckpointError:
+    """The refusal of a resumed state: checkpoint ``path``, the ``file`` and ``field`` that is wrong, its value and
+    what was expected."""
+    return CheckpointError(f"cannot resume from {path}: {file}: field {field!r} is {described(value)}; expected "
+                           f"{expected}. The checkpoint was not written by this run as it is (edited or damaged): "
+                           "resume from another checkpoint (--resume PATH) or start again with --overwrite")
+
+
+def checked_integer(path: Path, field: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` of ``field`` of the trainer state of checkpoint ``path`` when it is an integer in ``[low, high]``
+    (``high=None``: no upper bound); else :func:`state_error`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise state_error(path, STATE_FILE, field, value, expected)
+    return value
+
+
+def check_random_states(path: Path, process_index: int, processes: int) -> None:
+    """Refuse the random states of process ``process_index`` in checkpoint ``path`` that could not be set: a missing
+    file (the checkpoint was written by fewer processes) or a state :data:`RANDOM_STATES` cannot take (each is set
+    and this process's own put back)."""
+    name = f"random_states_{process_index}.pkl"
+    if not (path / name).is_file():
+        written = len(list(path.glob("random_states_*.pkl")))
+        raise CheckpointError(f"cannot resume from {path}: it holds no {name}: it was written by {written} "
+                              f"process(es) and this launch has {processes}; resume with as many processes as wrote "
+                              "it (every process's random state is part of the run)")
+    try:
+        states = load_accelerate_file(path / name)
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as e:
+        raise CheckpointError(f"cannot resume from {path}: {name} cannot be read ({type(e).__name__}: {e})") from e
+    if not isinstance(states, dict):
+        raise state_error(path, name, "(the file)", states, "a mapping of random states")
+    for field, (get, put) in RANDOM_STATES.items():
+        own = get()
+        try:
+            put(states.get(field))
+        except Exception as e:  # whatever the setter raises: the state is not one it takes
+            raise state_error(path, name, field, states.get(field), f"{described(own)}, as this process's "
+                                                                     f"({type(e).__name__}: {e})") from None
+        finally:
+            put(own)
 
 def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
@@ -238,6 +314,9 @@ class CheckpointManager:
         if defect is not None:
             raise CheckpointError(f"{path}: {defect}")
         state = self.read_state(path)
+        accelerator = self.accelerator
+        start_checks(accelerator, lambda: check_random_states(path, accelerator.process_index,
+                                                              accelerator.num_processes), everywhere=True)
         try:
             self.accelerator.load_state(str(path))
         except (pickle.UnpicklingError, RuntimeError, OSError) as e:

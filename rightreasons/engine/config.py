@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..config import expect
+from ..config import MAX_SEED, expect
 from .optim import OptimizerName, ScheduleName
 from .trackers import TrackerName
 
@@ -206,7 +206,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         expect(bool(self.output_dir.strip()), "output_dir", self.output_dir, "a directory path")
-        expect(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        expect(0 <= self.seed <= MAX_SEED, "seed", self.seed,
+               "an integer >= 0 and <= 4294967295 (2**32 - 1: numpy's seeds)")
         expect(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "an integer >= 1 or null")
         expect(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
         expect(self.log_with is None or len(set(self.log_with)) == len(self.log_with), "log_with", self.log_with,

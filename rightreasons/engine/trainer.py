@@ -99,25 +99,27 @@ from accelerate.utils import TorchDynamoPlugin, send_to_device, set_seed
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from ..config import diff_configs, to_dict
-from ..console import count
+from ..config import diff_configs, from_dict, to_dict
+from ..console import cannot_start, count
 from ..data import collate
+from ..data.verify import check_training_splits
 from ..errors import ConfigError, DivergenceError, NonFiniteError, RightReasonsError, TrainingError, UsageError
 from ..faults import boundary
-from ..fileio import (DirectoryLock, atomic_write_all, json_text, read_json_object, remove_tree, require_free_space,
-                      writable_directory)
+from ..fileio import (LOCK_FILE, DirectoryLock, atomic_write_all, json_text, open_no_follow, read_json_object,
+                      refuse_links, remove_tree, require_free_space, writable_directory)
 from ..metrics import ParetoTracker
-from ..metrics.evaluation import evaluate, format_results
-from .checkpointing import CheckpointManager
+from ..metrics.evaluation import evaluate, format_results, result_names
+from .checkpointing import STATE_FILE, CheckpointManager, checked_integer, state_error
 from .config import OptimConfig, TrainConfig
 from .data import SeededTransform, mix_seed
-from .launch import any_process, host_group, start_checks, use_cpu
+from .launch import (any_process, host_group, process_group_kwargs, same_everywhere, start_checks, unanswered,
+                     use_cpu)
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .progress import Progress
 from .step_guard import MAX_BAD_STEPS, MIN_LOSS_SCALE, StepGuard, StepOutcome
 from .provenance import provenance
 from .task import Step, Task, task_for_config
-from .trackers import accelerate_trackers, log_images, run_trackers, start_trackers
+from .trackers import TENSORBOARD_FOLDER, accelerate_trackers, log_images, run_trackers, start_trackers
 
 __all__ = ["EXIT_PREEMPTED", "Preempted", "RESUMABLE_KEYS", "SCHEDULE_KEYS", "Trainer", "config_differences",
            "finished_summary", "require_checkpoint_space", "run", "train"]
@@ -125,6 +127,7 @@ __all__ = ["EXIT_PREEMPTED", "Preempted", "RESUMABLE_KEYS", "SCHEDULE_KEYS", "Tr
 logger = logging.getLogger(__name__)
 
 SUMMARY, MODEL_FILE = "summary.json", "model.safetensors"
+METRICS_FILE = "metrics.jsonl"
 RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front", "log_with")
 """Config keys a resume may change: where the run is, how many checkpoints it keeps and which trackers it logs to
 (none changes a result)."""
@@ -166,9 +169,11 @@ class _Position:
 
 
 def _preflight(output_dir: Path) -> None:
-    """Fail before training when the output directory cannot be created or written (read-only, no permission)."""
+    """Fail before training when the output directory cannot be created or written (read-only, no permission) or a
+    file or folder the run writes there is a symbolic link (it would be written through)."""
     try:
         writable_directory(output_dir)
+        refuse_links(output_dir, (LOCK_FILE, METRICS_FILE, SUMMARY, MODEL_FILE, TENSORBOARD_FOLDER))
     except UsageError as e:
         raise TrainingError(str(e)) from e
 
@@ -301,13 +306,15 @@ class Trainer:
             gradient_accumulation_steps=config.optim.grad_accumulation,
             dataloader_config=DataLoaderConfiguration(split_batches=True),
             log_with=accelerate_trackers(self.trackers, self.output_dir) or None, project_dir=str(self.output_dir),
-            dynamo_plugin=TorchDynamoPlugin(backend=config.compile))
+            dynamo_plugin=TorchDynamoPlugin(backend=config.compile), kwargs_handlers=[process_group_kwargs()])
         _check_device_options(config, self.accelerator)
         self.lock = DirectoryLock(self.output_dir, error=TrainingError)  # held by the main process until the run ends
         start_checks(self.accelerator, lambda: (_preflight(self.output_dir), self.lock.acquire()))
         weakref.finalize(self, self.lock.release)
+        self.host_group: torch.distributed.ProcessGroup | None = None  # made in _build, once the data is known
         try:
-            self._build()
+            with self.bounded_waits():
+                self._build()
         except BaseException:
             self.lock.release()  # a refused start leaves no lock held in this process either
             raise
@@ -319,6 +326,7 @@ class Trainer:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
         self.train_set, self.val_set = task.build_datasets()
+        check_training_splits(self.train_set, self.val_set)
         model = task.build_model(self.train_set)
         if self.accelerator.num_processes > 1:
             model = task.distribute(model, self.accelerator.num_processes)
@@ -329,6 +337,9 @@ class Trainer:
         self.train_set.transform = self.train_transform
         self.val_set.transform = task.eval_transform(self.encoding)
         self.data_identity = {"train": split_identity(self.train_set), "val": split_identity(self.val_set)}
+        self.host_group = host_group(self.accelerator)
+        same_everywhere({"config": to_dict(config), "training data": self.data_identity["train"],
+                         "validation data": self.data_identity["val"]}, self.host_group)
 
         data, optim = config.data, config.optim
         self.sampler = task.train_sampler(self.train_set)
@@ -352,12 +363,22 @@ class Trainer:
                                              config.checkpoint.keep_last)
         task.setup(self)
         self.hooks = task.hooks(self)
+        self._check_select()
         self.pareto = ParetoTracker(objectives=task.objectives)
         self.best: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.position = _Position()
         self.guard = self._guard(0)
-        self.host_group = host_group(self.accelerator)
+
+    def _check_select(self) -> None:
+        """Refuse, before training, an ``eval.select`` that none of the task's evaluators of the validation set can
+        report (a misspelt metric was refused only after the first epoch); evaluators that do not list their metrics
+        leave it to the check after each validation."""
+        reported = result_names(self.task.evaluators(self.val_set))
+        select = self.config.eval.select
+        if reported is not None and select not in reported:
+            raise TrainingError(f"eval.select={select!r} is not a validation metric of this run; it reports "
+                                f"{sorted(reported)} at most (refused before training)")
 
     def _guard(self, bad_steps: int) -> StepGuard:
         """The skip and divergence state of the run (:mod:`~rightreasons.engine.step_guard`)."""
@@ -391,10 +412,14 @@ class Trainer:
             raise
         except Exception as e:
             newest = self.checkpoints.latest()
+            kept = f"Nothing was lost: the newest complete checkpoint is {newest.name if newest else 'none yet'}"
+            exhausted = cannot_start(e)
+            if exhausted:  # not the disk: the user must not be sent to free space
+                raise TrainingError(f"could not write {what}: {exhausted}. {kept}; run the same command with "
+                                    "--resume") from e
             raise TrainingError(
-                f"could not write {what} ({type(e).__name__}: {e}). Nothing was lost: the newest complete checkpoint "
-                f"is {newest.name if newest else 'none yet'}. Free some disk space (or make {self.output_dir} "
-                "writable again) and run the same command with --resume") from e
+                f"could not write {what} ({type(e).__name__}: {e}). {kept}. Free some disk space (or make "
+                f"{self.output_dir} writable again) and run the same command with --resume") from e
 
     # ------------------------------------------------------------------ logging and state
     def log(self, record: dict[str, Any]) -> None:
@@ -405,7 +430,7 @@ class Trainer:
         with self._writing(f"the metrics ({self.metrics_file} and the trackers' logs)"):
             self.accelerator.log(scalars, step=record["step"])
             if self.accelerator.is_main_process:
-                with open(self.metrics_file, "a") as f:
+                with open_no_follow(self.metrics_file, "a", TrainingError) as f:
                     f.write(json.dumps(record) + "\n")
 
     def log_images(self, images: dict[str, np.ndarray], step: int) -> None:
@@ -415,7 +440,7 @@ class Trainer:
 
     @property
     def metrics_file(self) -> Path:
-        return self.output_dir / "metrics.jsonl"
+        return self.output_dir / METRICS_FILE
 
     def _state(self) -> dict[str, Any]:
         logged = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
@@ -441,6 +466,7 @@ class Trainer:
         else:
             path = Path(checkpoint)
         saved = self.checkpoints.read_state(path)
+        written = self._written_config(saved, path)
         differing = config_differences(saved["config"], self.config, SCHEDULE_KEYS)
         if differing:
             raise TrainingError(f"cannot resume from {path}: it was written with another config; differing keys: "
@@ -450,10 +476,11 @@ class Trainer:
             raise TrainingError(f"cannot resume from {path}: the data changed since it was written ({'; '.join(changes)}"
                                 f", {self.config.data.name}); a run resumes only on the same data: restore the data, "
                                 "or start a new run in another output_dir")
+        self._check_state(saved, written, path)
         new_schedule = self._schedule_change(saved)
         state = self.checkpoints.load(path)
         self.position = _Position(state["epoch"], state["batch"], state["step"])
-        self.guard = self._guard(state.get("bad_steps", 0))
+        self.guard = self._guard(state["bad_steps"])
         self.pareto.load_state_dict(state["pareto"])
         self.best, self.history = state["best"], state["history"]
         self.truncate_log(state.get("metrics_bytes", 0))
@@ -462,6 +489,63 @@ class Trainer:
             if self.accelerator.is_main_process:
                 logger.info(new_schedule)
         return True
+
+    def _written_config(self, saved: dict[str, Any], path: Path) -> TrainConfig:
+        """The config that trainer state ``saved`` of checkpoint ``path`` records, checked as a config file is."""
+        try:
+            return from_dict(type(self.config), saved.get("config"))
+        except ConfigError as e:
+            raise state_error(path, STATE_FILE, "config", saved.get("config"), f"a config of this task ({e})") \
+                from None
+
+    def _check_state(self, saved: dict[str, Any], written: TrainConfig, path: Path) -> None:
+        """Refuse a trainer state that this run cannot have written (:func:`~.checkpointing.state_error`, naming the
+        field, its value and what was expected): a position outside the epoch or the schedule, a step count that is
+        not the position's, a validation record or best score after the step, a count of skipped steps that would
+        have stopped the run. (A batch past the end of the epoch made the resumed loader yield nothing, forever.)
+        The bounds of the schedule are those of the longer of the checkpoint's and this config's, so that a resume
+        which shortens the run is refused by :meth:`_schedule_change`, naming the keys."""
+        epochs = max(written.optim.epochs, self.config.optim.epochs)
+        batches, accumulation = len(self.loader), self.config.optim.grad_accumulation
+        epoch = checked_integer(path, "epoch", saved.get("epoch"), 0, epochs)
+        batch = checked_integer(path, "batch", saved.get("batch"), 0, 0 if epoch == epochs else batches - 1)
+        step = checked_integer(path, "step", saved.get("step"), 0,
+                               max(self._total_steps(written.optim.epochs, written.max_steps), self.total_steps))
+        expected = epoch * self.steps_per_epoch + batch // accumulation
+        if step != expected:
+            raise state_error(path, STATE_FILE, "step", step, f"{expected} (epoch {epoch}, batch {batch}: "
+                              f"{self.steps_per_epoch} steps of {accumulation} batch(es) per epoch)")
+        checked_integer(path, "bad_steps", saved.get("bad_steps"), 0, MAX_BAD_STEPS - 1)
+        checked_integer(path, "metrics_bytes", saved.get("metrics_bytes"), 0)
+        history = saved.get("history")
+        if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
+            raise state_error(path, STATE_FILE, "history", history, "a list of validation records")
+        for i, record in enumerate(history):
+            checked_integer(path, f"history[{i}].step", record.get("step"), 1, step)
+        best = saved.get("best")
+        if not isinstance(best, dict):
+            raise state_error(path, STATE_FILE, "best", best, "a mapping (empty before the first validation)")
+        if best:
+            checked_integer(path, "best.step", best.get("step"), 1, step)
+            if not isinstance(best.get("score"), (int, float)) or not math.isfinite(best["score"]):
+                raise state_error(path, STATE_FILE, "best.score", best.get("score"), "a finite number")
+        try:
+            ParetoTracker(objectives=self.task.objectives).load_state_dict(saved.get("pareto"))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise state_error(path, STATE_FILE, "pareto", saved.get("pareto"), f"the Pareto front's state ({e})") \
+                from None
+
+    @contextmanager
+    def bounded_waits(self) -> Iterator[None]:
+        """A collective that another process did not join within the process group's timeout, or left, ends in one
+        :class:`TrainingError` naming the processes that did not answer (:func:`~.launch.unanswered`)."""
+        try:
+            yield
+        except RuntimeError as e:
+            failure = unanswered(e, self.host_group)
+            if failure is None:
+                raise
+            raise failure from e
 
     def _schedule_change(self, saved: dict[str, Any]) -> str | None:
         """How this config changes the length of the schedule of checkpoint state ``saved`` — e.g. ``extending the
@@ -509,7 +593,7 @@ class Trainer:
         """Drop what ``metrics.jsonl`` holds beyond ``size`` bytes: records of a run that died after its last
         checkpoint (or before its first), which the continuing run logs again."""
         if self.accelerator.is_main_process and self.metrics_file.exists() and self.metrics_file.stat().st_size > size:
-            with open(self.metrics_file, "r+b") as f:
+            with open_no_follow(self.metrics_file, "r+b", TrainingError) as f:
                 f.truncate(size)
         self.accelerator.wait_for_everyone()
 
@@ -714,13 +798,15 @@ class Trainer:
         previous = {s: signal.signal(s, lambda number, _frame: received.append(signal.Signals(number).name))
                     for s in PREEMPTION_SIGNALS}
         try:
-            start = time.time()
-            with Progress(self.position.step, self.total_steps, math.ceil(self.total_steps / self.steps_per_epoch),
-                          self.config.data.batch_size * self.config.optim.grad_accumulation,
-                          bar=self.accelerator.is_local_main_process,
-                          lines=self.accelerator.is_main_process) as progress:
-                self._loop(received, progress)
-            return self.finish(time.time() - start)
+            with self.bounded_waits():
+                start = time.time()
+                with Progress(self.position.step, self.total_steps,
+                              math.ceil(self.total_steps / self.steps_per_epoch),
+                              self.config.data.batch_size * self.config.optim.grad_accumulation,
+                              bar=self.accelerator.is_local_main_process,
+                              lines=self.accelerator.is_main_process) as progress:
+                    self._loop(received, progress)
+                return self.finish(time.time() - start)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -735,7 +821,10 @@ class Trainer:
             self.train_transform.set_epoch(epoch)
             loader = self.accelerator.skip_first_batches(self.loader, self.position.batch) \
                 if self.position.batch else self.loader
-            loader.set_epoch(epoch)  # accelerate re-seeds the sampler from the loader's own epoch counter
+            loader.set_epoch(epoch)  # the loader's own epoch counter (accelerate's synchronised generators)
+            # the order, set on the sampler itself: a resumed loader on several processes wraps it as skip → shard →
+            # batch sampler, deeper than accelerate's set_epoch looks, which left it at the first epoch's order
+            self.sampler.set_epoch(epoch)
             for batch in self._batches(loader):
                 stats = self.train_step(batch)
                 self.position.batch += 1
@@ -874,22 +963,23 @@ def train(task: Task, resume: bool | str = False, overwrite: bool = False) -> di
     a finished run of the same config is returned as it is."""
     trainer = Trainer(task)
     try:
-        if overwrite:
-            _clear(trainer)
-            resume = False
-        finished = _previous_run(trainer, resume)
-        if finished is not None:
-            logger.info("%s holds the finished run of this config: nothing to do", trainer.output_dir)
-            return finished
-        if resume:
-            if not trainer.resume(None if resume is True else resume) and trainer.accelerator.is_main_process:
-                warnings.warn(f"no checkpoint in {trainer.checkpoints.root} yet: starting the run from the beginning",
-                              stacklevel=2)
-        elif trainer.checkpoints.latest() is not None:
-            raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that run, "
-                                "--overwrite to start it again, or choose another output_dir")
-        else:
-            trainer.truncate_log(0)
+        with trainer.bounded_waits():
+            if overwrite:
+                _clear(trainer)
+                resume = False
+            finished = _previous_run(trainer, resume)
+            if finished is not None:
+                logger.info("%s holds the finished run of this config: nothing to do", trainer.output_dir)
+                return finished
+            if resume:
+                if not trainer.resume(None if resume is True else resume) and trainer.accelerator.is_main_process:
+                    warnings.warn(f"no checkpoint in {trainer.checkpoints.root} yet: starting the run from the "
+                                  "beginning", stacklevel=2)
+            elif trainer.checkpoints.latest() is not None:
+                raise TrainingError(f"{trainer.output_dir} already holds checkpoints; pass --resume to continue that "
+                                    "run, --overwrite to start it again, or choose another output_dir")
+            else:
+                trainer.truncate_log(0)
         return trainer.fit()
     finally:
         trainer.lock.release()  # also when the run fails or is pre-empted (the process may go on)

@@ -139,6 +139,13 @@ class GroupedRate(Metric):
         self.hits.index_add_(0, groups, hits.long())
         self.seen.index_add_(0, groups, torch.ones_like(groups))
 
+    def result_names(self) -> list[str]:
+        """Every key :meth:`compute` may return (a group's own key only when it has samples)."""
+        name = self.rate_name
+        if self.num_groups == 1:
+            return [name]
+        return [name, f"worst_group_{name}", "worst_group", *(f"{name}/{g}" for g in self.group_names)]
+
     def compute(self) -> dict[str, Tensor]:
         """Overall, per-group and worst-group rates (see the class docstring)."""
         if self.seen.sum() == 0:

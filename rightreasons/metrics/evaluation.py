@@ -40,8 +40,8 @@ from .localization import EnergyPointingGame, IoU
 from .localization_pairs import evaluate_localization
 
 __all__ = ["ClassificationEvaluator", "Evaluator", "LocalizationEvaluator", "classifier_evaluators", "evaluate",
-           "format_results", "has_boxes", "is_multilabel", "plain_numbers", "require_finite_logits", "score_model",
-           "shard_indices"]
+           "format_results", "has_boxes", "is_multilabel", "plain_numbers", "require_finite_logits", "result_names",
+           "score_model", "shard_indices"]
 
 
 class Evaluator(Protocol):
@@ -52,6 +52,19 @@ class Evaluator(Protocol):
 
     def compute(self) -> dict[str, Any]:
         """The metrics over every batch seen on every process, as Python numbers (lists for per-class values)."""
+
+
+def result_names(evaluators: Sequence[Evaluator]) -> set[str] | None:
+    """Every key the ``evaluators``' :meth:`~Evaluator.compute` may return, known before any batch (so that a run can
+    refuse to select a metric that validation never reports before it trains); ``None`` when an evaluator does not
+    say (one without a ``result_names()`` method)."""
+    names: set[str] = set()
+    for evaluator in evaluators:
+        listed = getattr(evaluator, "result_names", None)
+        if listed is None:
+            return None
+        names.update(listed())
+    return names
 
 
 def shard_indices(n: int, rank: int, world_size: int) -> list[int]:
@@ -136,6 +149,11 @@ class ClassificationEvaluator:
             groups = batch.get("host", batch)["group"] if self.grouped else None  # checked on the host
             self.metric.update(logits.float(), batch["labels"].argmax(1), groups)
 
+    def result_names(self) -> list[str]:
+        """Every key :meth:`compute` may return."""
+        names = list(self.metric.keys()) if self.multilabel else self.metric.result_names()
+        return [*names, "score_metric", "score"]
+
     def compute(self) -> dict[str, Any]:
         results = plain_numbers(self.metric.compute())
         if "worst_group" in results:  # grouped data: the worst group by name
@@ -170,6 +188,10 @@ class LocalizationEvaluator:
         host = batch.get("host", batch)  # which pairs, and their masks, are decided on the host
         self.pairs += evaluate_localization(model, batch["image"], host["labels"], host["boxes"], host["box_labels"],
                                             self.explain, self.metrics, batch_size=self.batch_size)
+
+    def result_names(self) -> list[str]:
+        """Every key :meth:`compute` may return."""
+        return ["epg", "iou"]
 
     def compute(self) -> dict[str, Any]:
         counted = torch.tensor(float(self.pairs), device=self.metrics[0].total.device)

@@ -72,6 +72,12 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | Path 
     return model
 
 
+_WEIGHT_SOURCES = ("pretrained", "checkpoint", "cache_dir", "url", "hub", "download", "file")
+"""Words of constructor arguments that say where weights come from (timm's ``pretrained_cfg_overlay``,
+``checkpoint_path``, ``cache_dir``; a ``pretrained`` flag): a model file's metadata may not pass any of them, since
+whoever wrote the file would choose what this machine downloads or reads."""
+
+
 def _recorded(metadata: dict[str, str], path: str | Path) -> tuple[str, dict[str, Any]] | None:
     """The registry name and constructor arguments a model file's ``metadata`` records (``None``: not our file)."""
     if METADATA_KEY not in metadata:
@@ -83,6 +89,12 @@ def _recorded(metadata: dict[str, str], path: str | Path) -> tuple[str, dict[str
             raise TypeError("expected a name string and a kwargs mapping")
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: malformed {METADATA_KEY!r} metadata ({type(e).__name__}: {e})") from e
+    sources = sorted(key for key in kwargs if any(word in str(key).lower() for word in _WEIGHT_SOURCES))
+    if sources:
+        raise CheckpointError(f"{path}: the {METADATA_KEY!r} metadata passes {sources} to {name}; a model file "
+                              "describes an architecture, never where weights come from (a download or another "
+                              "file), so a file cannot turn one on; expected constructor arguments of the "
+                              "architecture only")
     return name, kwargs
 
 

@@ -20,7 +20,8 @@ from typing import Any, Callable
 from ..config import FieldError, convert_arguments
 from ..errors import ConfigError, UnknownNameError, UsageError
 
-__all__ = ["ModelSpec", "checked_arguments", "get_model_spec", "list_models", "name_hint", "register_model"]
+__all__ = ["MAX_PARAMETERS", "ModelSpec", "checked_arguments", "get_model_spec", "list_models", "name_hint",
+           "register_model"]
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,28 @@ class ModelSpec:
             out.update(value if is_rest else {key: value})
         return out
 
+    def parameter_count(self, kwargs: dict[str, Any]) -> int:
+        """Parameters of the architecture built with ``kwargs`` on the ``meta`` device (shapes only: no memory, well
+        under a second for any model of the zoo). Whatever the builder raises for these arguments becomes a
+        :class:`~rightreasons.errors.UsageError` naming them, since the values are the user's and the builder is the
+        judge of them."""
+        import torch  # only here: reading the table must not load torch
+
+        try:
+            with torch.device("meta"):
+                model = self.build(**kwargs)
+        except Exception as e:  # noqa: BLE001 - any refusal of the builder is a refusal of these arguments
+            raise UsageError(f"{self.name}: cannot build with {kwargs} ({type(e).__name__}: {e})") from None
+        return sum(p.numel() for p in model.parameters())
+
     def build(self, **kwargs: Any) -> Any:
         """The architecture with fresh (random) weights: ``builder(**defaults, **kwargs)``."""
         return self.builder(**{**self.defaults, **kwargs})
 
+
+MAX_PARAMETERS = 10 ** 10
+"""Most parameters a config's model may have (40 GB of float32 weights before gradients and optimiser state): beyond
+it a constructor argument is a typo (``inplanes: 100000``), which would otherwise fail deep in an allocation."""
 
 _REGISTRY: dict[str, ModelSpec] = {}
 
@@ -113,7 +132,8 @@ def checked_arguments(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     ``arch.tag``), checked when the config is read rather than when the model is built, and converted as every config
     value is (:func:`~rightreasons.config.convert_arguments`). A :class:`~rightreasons.config.FieldError` on ``name``
     when it is not registered, on ``kwargs`` when the architecture does not take one of them
-    (:meth:`ModelSpec.check_arguments`) or a value does not fit its annotation."""
+    (:meth:`ModelSpec.check_arguments`), a value does not fit its annotation, the builder refuses the values or the
+    model would have more than :data:`MAX_PARAMETERS` parameters (:meth:`ModelSpec.parameter_count`)."""
     try:
         spec = get_model_spec(name.partition(".")[0])
     except UnknownNameError as e:
@@ -123,6 +143,14 @@ def checked_arguments(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     except UsageError as e:
         raise FieldError("kwargs", str(e)) from None
     try:
-        return convert_arguments(spec.builder, kwargs)
+        converted = convert_arguments(spec.builder, kwargs)
+        parameters = spec.parameter_count(converted)
     except ConfigError as e:
         raise FieldError("kwargs", f"{spec.name}: {e}") from None
+    except UsageError as e:
+        raise FieldError("kwargs", str(e)) from None
+    if parameters > MAX_PARAMETERS:
+        raise FieldError("kwargs", f"{spec.name} with {converted} has {parameters:,} parameters, more than "
+                                   f"{MAX_PARAMETERS:,} (the zoo's largest has about 200 million); expected "
+                                   "constructor arguments of a model that fits in memory")
+    return converted

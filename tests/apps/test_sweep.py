@@ -222,3 +222,27 @@ def test_quiet_silences_the_sweep_progress(tmp_path, capsys):
     assert captured.err == "" and captured.out.startswith("report: ")
     assert main(command) == 0
     assert "[1/1] input-w0.1: done, skipped" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label, expected", [("../../x", "not a plain name"), ("b/../a", "not a plain name"),
+                                             ("..", "not a plain name"), ("", "not a plain name")])
+def test_a_label_that_is_not_a_plain_name_is_refused(tmp_path, capsys, label, expected):
+    """``../../x`` put a run outside the sweep's root, and ``a`` and ``b/../a`` shared one directory."""
+    (tmp_path / "base.yaml").write_text("model: {name: bcos_resnet18}\ndata: {name: synthetic-birds}\n")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"command: guide\nbase: base.yaml\noutput_root: {tmp_path / 'runs'}\nname: '{{variant}}'\n"
+                    f"group: g\ngrid:\n  - variant:\n      a: {{guidance.weight: 0.1}}\n"
+                    f"      '{label}': {{guidance.weight: 0.2}}\n")
+    assert main(["sweep", str(grid), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and expected in err and repr(label) in err and "Traceback" not in err, err
+
+
+def test_a_name_rendered_from_a_config_value_may_not_leave_the_output_root(tmp_path, capsys):
+    (tmp_path / "base.yaml").write_text("model: {name: bcos_resnet18}\ndata: {name: synthetic-birds}\n")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"command: guide\nbase: base.yaml\noutput_root: {tmp_path / 'runs'}\nname: 'x/{{data.root}}'\n"
+                    "group: g\ngrid:\n  - data.root: ['../../../elsewhere']\n")
+    assert main(["sweep", str(grid), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "'x/../../../elsewhere'" in err and "Traceback" not in err, err

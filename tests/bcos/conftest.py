@@ -1,13 +1,15 @@
-"""Fixtures shared by the B-cos layer tests: every norm class of ``rightreasons.bcos.norms`` and how to build one."""
+"""Fixtures shared by the B-cos layer tests: every norm class of ``rightreasons.bcos.norms``, how to build one, and a
+tiny network with every kind of dynamic-linear product."""
 
 from __future__ import annotations
 
 import inspect
 
 import pytest
+import torch
 from torch import nn
 
-from rightreasons.bcos import DynamicLinear, norms
+from rightreasons.bcos import BcosConv2d, BcosLinear, DynamicGELU, DynamicLinear, norms
 
 NORM_CLASSES = sorted((cls for cls in vars(norms).values()
                        if isinstance(cls, type) and issubclass(cls, DynamicLinear) and cls.__module__ == norms.__name__
@@ -65,3 +67,21 @@ def build_norm():
 def is_token_norm():
     """``is_token_norm(cls)``: whether the norm acts on the last dim of ``[N, T, C]`` rather than ``[N, C, H, W]``."""
     return _is_token_norm
+
+
+def tiny_network(norm_classes: list[type]) -> nn.Module:
+    """Every kind of dynamic-linear product: B-cos units (one with MaxOut), each of ``norm_classes``, a GELU gate, a
+    B-cos linear layer on pooled features. ``[N, 6, 8, 8] -> [N, 3]``."""
+    layers = [BcosConv2d(6, 8, 3, padding=1)]
+    for norm_class in norm_classes:
+        norm = _build_norm(norm_class, 8)
+        if _is_token_norm(norm_class):  # token norms act on [N, T, C]: run them on the pixels as tokens
+            norm = nn.Sequential(nn.Flatten(2), _Transpose(), norm, _Transpose(), nn.Unflatten(2, (8, 8)))
+        layers.append(norm)
+    return nn.Sequential(*layers, DynamicGELU(), BcosConv2d(8, 8, 3, padding=1, max_out=2), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), BcosLinear(8, 3))
+
+
+class _Transpose(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2)

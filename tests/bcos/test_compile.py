@@ -11,32 +11,10 @@ from torch import nn
 from rightreasons.bcos import BcosConv2d, BcosLinear, DynamicGELU, explanation_mode, norms
 from rightreasons.explain import attribute
 
-from conftest import NORM_CLASSES, _build_norm, _is_token_norm
+from conftest import NORM_CLASSES, tiny_network
 
 
-def tiny_network(norm_classes: list[type]) -> nn.Module:
-    """Every kind of dynamic-linear product: B-cos units (one with MaxOut), each of ``norm_classes``, a GELU gate, a
-    B-cos linear layer on pooled features. ``[N, 6, 8, 8] -> [N, 3]``."""
-    layers = [BcosConv2d(6, 8, 3, padding=1)]
-    for norm_class in norm_classes:
-        norm = _build_norm(norm_class, 8)
-        if _is_token_norm(norm_class):  # token norms act on [N, T, C]: run them on the pixels as tokens
-            norm = nn.Sequential(nn.Flatten(2), _Transpose(), norm, _Transpose(), nn.Unflatten(2, (8, 8)))
-        layers.append(norm)
-    return nn.Sequential(*layers, DynamicGELU(), BcosConv2d(8, 8, 3, padding=1, max_out=2), nn.AdaptiveAvgPool2d(1),
-                         nn.Flatten(), BcosLinear(8, 3))
-
-
-class _Transpose(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.transpose(1, 2)
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def test_a_b_cos_network_with_every_norm_compiles_without_a_graph_break():

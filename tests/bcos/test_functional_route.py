@@ -14,15 +14,10 @@ from rightreasons.bcos.dynamic import functional_route, functional_vjp, hold_con
 from rightreasons.explain import attribute
 from rightreasons.guidance.losses import l1_loss
 
-from conftest import NORM_CLASSES
-from test_compile import tiny_network
+from conftest import NORM_CLASSES, tiny_network
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _scalar_step(a: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

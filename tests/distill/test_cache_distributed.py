@@ -64,7 +64,7 @@ def worker(rank: int, root: Path) -> dict[str, Any]:
 def test_processes_write_one_shared_cache_and_refuse_directories_they_do_not_share(tmp_path, gloo_processes):
     outcomes = gloo_processes(worker, tmp_path)
     # one shared directory: 4 shards of 3 images, process 0 writes shards 0 and 2, process 1 shards 1 and 3
-    assert [o["shared"] for o in outcomes] == [1 + 2 + 2, 1 + 2 + 1]  # one image to size the shards, then batches
+    assert [o["shared"] for o in outcomes] == [1 + 2 + 2, 2 + 1]  # process 0: one image to size the disk space
     write(tmp_path / "single", 0, 1)
     shared, single = ExplanationCache(tmp_path / "shared"), ExplanationCache(tmp_path / "single")
     assert list(shared) == list(single)

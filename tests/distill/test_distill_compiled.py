@@ -15,11 +15,7 @@ import rightreasons
 from rightreasons.distill import DistillObjective, teacher_outputs
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @pytest.fixture(scope="module")

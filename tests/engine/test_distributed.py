@@ -10,6 +10,10 @@ rounding (the sums over a batch split differently) at the 1e-7 level; Adam divid
 root mean square plus ε = 1e-8, so weights whose gradients are of the order of ε move by rounding-decided fractions of
 the learning rate (up to 1.7e-3 apart after these 8 steps at lr 1e-3). No config says ``cpu: true``: on this machine
 without CUDA, the multi-process launches must form one gloo group by themselves and train once.
+
+A two-process run killed in its second epoch and resumed is the uninterrupted one, bit for bit: the epoch has to reach
+the sampler through accelerate's wrappers of a resumed loader (skip → shard → batch sampler), which it once did not
+(the resumed epoch repeated epoch 1's order and ended 2e-3 away).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import torch
 from safetensors.torch import load_file
 
 from rightreasons.apps.cli import main
+from rightreasons.faults import KILL_VARIABLE
 
 CONFIG = """
 seed: 3
@@ -34,6 +39,8 @@ guidance: {weight: 1.0, layer: mid2}
 eval: {num_images: 0}
 """
 METRICS = ("accuracy", "worst_group_accuracy", "epg", "iou")
+#: 4 steps per epoch and a checkpoint after each: the 6th is step 6, batch 2 of epoch 2
+KILL_AT = "checkpoint: renamed into place:6"
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +85,31 @@ def test_a_cpu_only_multi_process_launch_without_cpu_true_trains_once(runs):
     train = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
     assert [r["step"] for r in train] == list(range(1, 9))
     assert (run / "checkpoints" / "step-000008" / "random_states_1.pkl").is_file()
+
+
+def _train_records(run: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_two_process_run_killed_in_epoch_2_and_resumed_equals_the_uninterrupted_run(runs, tmp_path, launch,
+                                                                                       monkeypatch):
+    """Killed with ``SIGKILL`` right after a checkpoint in the middle of epoch 2 (``RIGHTREASONS_FAULT_KILL``: rank 0
+    dies at the boundary, the launcher then ends rank 1), then ``--resume``: the weights and every training record
+    equal those of the uninterrupted two-process run."""
+    (tmp_path / "config.yaml").write_text(CONFIG + "checkpoint: {every_steps: 1, keep_last: 1}\n")
+    command = ["guide", "--config", str(tmp_path / "config.yaml"), f"output_dir={tmp_path / 'resumed'}"]
+    with monkeypatch.context() as patch:
+        patch.setenv(KILL_VARIABLE, KILL_AT)
+        killed, = launch(command, processes=2, check=False)
+    assert killed.returncode != 0 and not (tmp_path / "resumed" / "summary.json").exists(), killed.stderr[-3000:]
+    state = json.loads((tmp_path / "resumed" / "checkpoints" / "step-000006" / "trainer_state.json").read_text())
+    assert (state["epoch"], state["batch"]) == (1, 2)  # killed in the middle of epoch 2
+    launch([*command, "--resume"], processes=2)
+
+    whole, resumed = load_file(runs / "processes" / "model.safetensors"), \
+        load_file(tmp_path / "resumed" / "model.safetensors")
+    assert whole.keys() == resumed.keys()
+    assert [k for k in whole if not torch.equal(whole[k], resumed[k])] == []
+    assert _train_records(tmp_path / "resumed") == _train_records(runs / "processes")

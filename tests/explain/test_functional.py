@@ -8,7 +8,6 @@ import logging
 
 import pytest
 import torch
-import torch._dynamo
 from torch import nn
 
 import rightreasons
@@ -18,11 +17,7 @@ from rightreasons.explain.functional import functional_refusal
 from rightreasons.models.checkpointing import checkpoint_stages
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _model() -> nn.Module:

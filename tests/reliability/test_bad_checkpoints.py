@@ -6,6 +6,7 @@ the model is never half-loaded.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -13,11 +14,15 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from PIL import Image
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
 
 from rightreasons import create_model, load_weights
 from rightreasons.errors import CheckpointError
-from rightreasons.models import read_state_dict
+from rightreasons.models import read_state_dict, save_model
+from rightreasons.models.weights import METADATA_KEY
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -28,7 +33,6 @@ def small_model() -> nn.Module:
 
 def _save(fmt: str, state: dict[str, torch.Tensor], path: Path) -> Path:
     if fmt == "safetensors":
-        from safetensors.torch import save_file
         save_file({k: v.contiguous() for k, v in state.items()}, str(path))
     else:
         torch.save(state, path)
@@ -106,3 +110,23 @@ def test_missing_checkpoint_or_a_directory_is_a_checkpoint_error(tmp_path):
     for path in (tmp_path / "nowhere.pth", tmp_path):
         with pytest.raises(CheckpointError, match=f"checkpoint file not found: {path}"):
             load_weights(small_model(), path)
+
+
+@pytest.mark.parametrize("source", [{"pretrained_cfg_overlay": {"url": "http://127.0.0.1:9/weights.pth"}},
+                                    {"checkpoint_path": "/elsewhere/weights.pth"}, {"pretrained": True}])
+def test_a_model_files_metadata_can_never_turn_on_a_download(tmp_path, run_cli, source):
+    """An untrusted model file records its architecture in its metadata; timm's ViTs pass their arguments on to
+    ``timm.create_model``, where some choose weights to fetch or read. Such an argument is refused, naming it."""
+    model = create_model("vit_tiny_patch16_224", img_size=32, patch_size=16, embed_dim=24, depth=1, num_heads=2,
+                         num_classes=3)
+    path = save_model(model, tmp_path / "model.safetensors")
+    with safe_open(str(path), "pt") as f:
+        metadata, state = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    recorded = json.loads(metadata[METADATA_KEY])
+    metadata[METADATA_KEY] = json.dumps({**recorded, "kwargs": {**recorded["kwargs"], **source}})
+    save_file(state, str(path), metadata=metadata)
+    Image.new("RGB", (32, 32), (10, 200, 30)).save(tmp_path / "image.png")
+    done = run_cli("explain", "--checkpoint", path, tmp_path / "image.png", "--out", tmp_path / "out")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert str(path) in line and repr(sorted(source)) in line and "never where weights come from" in line, line

@@ -112,9 +112,10 @@ def scratch() -> tempfile.TemporaryDirectory:
 
 # ------------------------------------------------------------------------------------------------------------- VOC
 VOC_OBJECTS = {"000001": (40, 50, [("dog", 5, 6, 20, 30, 0)]), "000002": (30, 30, [("cat", 1, 1, 30, 30, 0)]),
-               "000003": (36, 44, [("car", 10, 10, 20, 20, 0), ("dog", 2, 2, 8, 8, 1)])}
+               "000003": (36, 44, [("car", 10, 10, 20, 20, 0), ("dog", 2, 2, 8, 8, 1)]),
+               "000004": (32, 32, [("cat", 2, 2, 16, 16, 0)])}
 VOC_SPLITS = {"train": ["000001", "000002"], "val": ["000003"], "trainval": ["000001", "000002", "000003"],
-              "test": ["000002"]}
+              "test": ["000004"]}  # train, val and test disjoint: a shared id is leakage, which prepare refuses
 XML_FIELDS = ["<width>", "<height>", "<xmin>", "<ymin>", "<xmax>", "<ymax>", "<name>"]
 
 
@@ -131,7 +132,8 @@ def voc_faults(draw) -> list[tuple]:
             value = draw(st.one_of(st.integers(-5, 80).map(str), st.sampled_from(["kat", "nan", "", "1e9", "dog"])))
             faults.append(("xml", image_id, field, value))
         else:
-            faults.append(("split", draw(st.sampled_from(sorted(VOC_SPLITS))), image_id))
+            split = draw(st.sampled_from(sorted(VOC_SPLITS)))
+            faults.append(("split", split, draw(st.sampled_from(VOC_SPLITS[split]))))
     return faults
 
 

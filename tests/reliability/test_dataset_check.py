@@ -13,8 +13,10 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
-from PIL import Image
+import torch
+from PIL import ExifTags, Image, ImageOps
 
 from rightreasons.apps.cli import main
 from rightreasons.data import DataError, load_dataset
@@ -24,9 +26,10 @@ VOC_OBJECTS = {  # id: (H, W, [(name, xmin, ymin, xmax, ymax, difficult)])
     "000002": (30, 30, [("cat", 1, 1, 30, 30, 0)]),
     "000003": (36, 44, [("car", 10, 10, 20, 20, 0)]),
     "000004": (32, 32, [("dog", 2, 2, 16, 16, 0)]),
+    "000005": (32, 32, [("cat", 3, 3, 20, 20, 0)]),
 }
 VOC_SPLITS = {"train": ["000001", "000002"], "val": ["000003", "000004"],
-              "trainval": ["000001", "000002", "000003", "000004"], "test": ["000003"]}
+              "trainval": ["000001", "000002", "000003", "000004"], "test": ["000005"]}
 COCO_CATEGORIES = [{"id": 1, "name": "person", "supercategory": "person"},
                    {"id": 18, "name": "dog", "supercategory": "animal"}]
 COCO_IMAGES = [{"id": 42, "file_name": "COCO_val2014_000000000042.jpg", "height": 30, "width": 40},
@@ -55,6 +58,33 @@ def _resize(path: Path, size: tuple[int, int]) -> None:
     Image.new("RGB", size, (90, 120, 30)).save(path)
 
 
+ROTATED = 6
+"""EXIF orientation "rotate 90° clockwise to display": what a phone held upright writes."""
+
+
+def _exif_rotated(path: Path, stored: tuple[int, int]) -> Image.Image:
+    """A JPEG of ``stored`` (W × H) pixels, red on its left half, with EXIF orientation :data:`ROTATED`, as a camera
+    writes it; returns the image as viewers show it (turned, so ``stored`` swapped)."""
+    w, h = stored
+    pixels = np.zeros((h, w, 3), np.uint8)
+    pixels[:, : w // 2, 0] = 255
+    exif = Image.Exif()
+    exif[ExifTags.Base.Orientation] = ROTATED
+    Image.fromarray(pixels).save(path, exif=exif, quality=95)
+    with Image.open(path) as stored_image:
+        return ImageOps.exif_transpose(stored_image).convert("RGB")
+
+
+def _panorama(voc: Path) -> None:
+    """000001 replaced by a 2 × 40,000 image (within the pixel limit) and its XML declaring that size, its box inside:
+    resizing the shorter side to an input size makes the longer one 20,000 times as long."""
+    Image.new("1", (2, 40000)).save(voc / "JPEGImages/000001.jpg", format="PNG")
+    xml = voc / "Annotations/000001.xml"
+    xml.write_text(xml.read_text().replace("<width>50</width><height>40</height>", "<width>2</width>"
+                                           "<height>40000</height>").replace("<xmin>5</xmin>", "<xmin>1</xmin>")
+                   .replace("<xmax>20</xmax>", "<xmax>2</xmax>"))
+
+
 VOC_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "truncated jpeg": (lambda voc: _truncate(voc / "JPEGImages/000002.jpg"), "000002.jpg: cannot decode image"),
     "zero-byte jpeg": (lambda voc: (voc / "JPEGImages/000001.jpg").write_bytes(b""),
@@ -72,6 +102,10 @@ VOC_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "20000 x 20000 image": (lambda voc: _bomb(voc / "JPEGImages/000001.jpg"),
                             "000001.jpg: cannot decode image: Image size (400000000 pixels) exceeds limit"),
     "symlinked JPEGImages": (_relink_images, "outside the dataset directory"),
+    "exif orientation turns the image off its declared size": (
+        lambda voc: _exif_rotated(voc / "JPEGImages/000001.jpg", (50, 40)),
+        "the image file is 40 × 50 pixels (W × H), but "),
+    "2 x 40000 image": (_panorama, "000001.jpg: the image is 2 × 40000 pixels (W × H), an aspect ratio of 20,000:1"),
 }
 
 
@@ -176,3 +210,62 @@ def test_training_refuses_with_the_message_prepare_prints(voc, tmp_path, capsys,
     (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
     message = line.split("error: ", 1)[1]
     assert code == 1 and message in out, (message, out)
+
+
+def test_an_exif_rotated_image_is_read_as_viewers_show_it_and_passes_when_annotated_so(voc, capsys):
+    """A camera's JPEG stored 40 × 50 (W × H) with "rotate 90°": viewers show 50 × 40, the size the XML declares and
+    the pixels its boxes were drawn on; loading reads those pixels, and ``prepare`` passes the copy."""
+    shown = _exif_rotated(voc / "JPEGImages/000001.jpg", (40, 50))
+    assert shown.size == (50, 40)
+    sample = load_dataset("voc2007", voc, "train")[0]
+    expected = torch.from_numpy(np.array(shown)).permute(2, 0, 1).float() / 255
+    assert sample["image"].shape == (3, 40, 50)
+    assert (sample["image"] - expected).abs().max() < 0.05
+    code, out = prepare("voc2007", "--root", str(voc), "--allow-partial", capsys=capsys)
+    assert code == 0, out
+
+
+def test_an_exif_rotated_image_annotated_unturned_names_the_orientation(voc):
+    _exif_rotated(voc / "JPEGImages/000001.jpg", (50, 40))
+    assert "EXIF orientation" in first_loading_error("voc2007", voc, "train")
+
+
+def test_an_exif_rotated_coco_image_is_checked_against_its_declared_size(coco):
+    root = coco()
+    _exif_rotated(root / "val2014" / COCO_IMAGES[0]["file_name"], (40, 30))  # declared 40 × 30, shown 30 × 40
+    message = first_loading_error("coco2014", root, "val")
+    assert "the image file is 30 × 40 pixels (W × H)" in message and "EXIF orientation" in message, message
+
+
+LEAKS = {"train and val": ("val", "train"), "train and test": ("test", "train"), "val and test": ("test", "val")}
+
+
+@pytest.mark.parametrize("case", LEAKS)
+def test_prepare_refuses_an_image_in_two_of_train_val_and_test(voc, capsys, case):
+    split, other = LEAKS[case]
+    (voc / f"ImageSets/Main/{split}.txt").write_text("".join(f"{i}\n" for i in [*VOC_SPLITS[split], "000001"
+                                                                                  if other == "train" else "000003"]))
+    code, out = prepare("voc2007", "--root", str(voc), "--allow-partial", capsys=capsys)
+    assert code == 1 and "share 1 image id(s)" in out and f"split '{other}'" in out and f"split '{split}'" in out, out
+
+
+def train(voc: Path, tmp_path: Path, run_cli) -> str:
+    """``rightreasons train`` on ``voc``: the one ``error:`` line it ends with, having trained nothing."""
+    (tmp_path / "config.yaml").write_text(TRAIN_CONFIG.replace("ROOT", str(voc)))
+    done = run_cli("train", "--config", "config.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoints").exists()
+    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
+    return line
+
+
+def test_training_refuses_an_image_in_both_train_and_val_before_any_step(voc, tmp_path, run_cli):
+    (voc / "ImageSets/Main/val.txt").write_text("000003\n000001\n")
+    line = train(voc, tmp_path, run_cli)
+    assert "split 'train' of voc2007 and split 'val' of voc2007 share 1 image id(s) ('000001')" in line, line
+
+
+def test_training_refuses_an_empty_validation_split_before_any_step(voc, tmp_path, run_cli):
+    (voc / "ImageSets/Main/val.txt").write_text("")
+    line = train(voc, tmp_path, run_cli)
+    assert "split 'val' of voc2007 holds no images" in line, line

@@ -5,7 +5,9 @@ arguments, returning an exit code). Errors caused by the user's input
 ([`RightReasonsError`][rightreasons.errors.RightReasonsError]) end in one `error:` line and exit code 2; a training
 stopped by `SIGTERM`/`SIGUSR1` after writing its checkpoint exits with code 75
 (`EXIT_PREEMPTED` of `rightreasons.engine.trainer`); a closed output pipe (`rightreasons models | head`)
-ends quietly with code 141, as a process killed by `SIGPIPE` does; any other exception is a bug and keeps its
+ends quietly with code 141, as a process killed by `SIGPIPE` does; a thread or process that cannot start (the process
+table exhausted, [`cannot_start`][rightreasons.console.cannot_start]) is one `error:` line naming that cause, exit code
+2; any other exception is a bug and keeps its
 traceback.
 
 Starting fast: [`build_parser`][rightreasons.apps.cli.build_parser] imports only the module of the command on the
@@ -24,10 +26,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ...console import configure_logging, plain_text, set_threads
+from ...console import cannot_start, configure_logging, plain_text, set_threads
 from ...errors import RightReasonsError
 from ...version import __version__
-from .arguments import positive_int
+from .arguments import thread_count
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "Parser", "PlainHelpFormatter", "build_parser", "main"]
 
@@ -92,9 +94,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-q", "--quiet", action="store_true", help="print warnings and errors only, no status")
     verbosity.add_argument("-v", "--verbose", action="store_true", help="print debugging detail as well")
-    parser.add_argument("--threads", type=positive_int, metavar="N",
-                        help="CPU threads for torch (default: torch's choice, one per core); also passed on to "
-                             "the processes a command starts")
+    parser.add_argument("--threads", type=thread_count, metavar="N",
+                        help="CPU threads for torch (default: torch's choice, one per core; at most 4 per core); also "
+                             "passed on to the processes a command starts")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((word for word in argv if word in COMMANDS), None) if argv is not None else None
     registered: set[str] = set()
@@ -143,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
     except Exception as e:
+        exhausted = cannot_start(e)
+        if exhausted:
+            print(f"rightreasons {args.command}: error: {exhausted}", file=sys.stderr)
+            return 2
         code = _preempted_exit_code(e)
         if code is None:
             raise

@@ -16,10 +16,11 @@ Imports nothing of rightreasons, so that every command module can use it without
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-__all__ = ["add_overwrite", "add_resume", "non_negative_int", "positive_int", "resume_and_overrides", "torch_device",
-           "unit_float"]
+__all__ = ["add_overwrite", "add_resume", "max_threads", "non_negative_int", "positive_int", "resume_and_overrides",
+           "thread_count", "torch_device", "unit_float"]
 
 
 def add_resume(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +59,26 @@ def positive_int(text: str) -> int:
     value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+THREADS_PER_CPU = 4
+"""``--threads`` may ask for at most this many threads per CPU this process may run on: more only oversubscribes the
+cores, and ``--threads 100000`` spawned 10,772 threads before failing, exhausting the machine's process table."""
+
+
+def max_threads() -> int:
+    """The largest ``--threads``: :data:`THREADS_PER_CPU` times the CPUs this process may run on."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return THREADS_PER_CPU * cpus
+
+
+def thread_count(text: str) -> int:
+    """An integer from 1 to :func:`max_threads` (``--threads``)."""
+    value = positive_int(text)
+    if value > max_threads():
+        raise argparse.ArgumentTypeError(f"expected at most {max_threads()} threads ({THREADS_PER_CPU} per CPU of "
+                                         f"this machine), got {text}")
     return value
 
 

@@ -63,10 +63,12 @@ def build_source(args: argparse.Namespace) -> nn.Module:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...engine.artifacts import refuse_run_file
     from ...fileio import writable_file
     from ...models import save_model
     from ...models.bcosify import BcosifyOptions, bcosify
 
+    refuse_run_file(args.out, "--out")
     writable_file(args.out, "--out")
     normalisation = {k: v for k, v in (("mean", args.mean), ("std", args.std)) if v is not None}
     converted = bcosify(build_source(args), b=args.b, keep_bias=args.keep_bias,

@@ -13,7 +13,8 @@ A model argument (``--teacher``, ``--model``) is a run — its directory, its mo
 directories (:func:`~rightreasons.engine.artifacts.locate_artifact`) — or, when it is no path, a registry name.
 
 ``distill`` and ``cache`` take ``--config FILE`` plus ``key.path=value`` overrides (validated); under ``accelerate
-launch`` or ``torchrun`` they use every process (``cache`` splits the shards among them).
+launch`` or ``torchrun`` they use every process (``cache`` splits the shards among them). ``cache`` stopped by Ctrl-C
+says how many shards it kept (one line) and exits with code 130; the same command run again finishes the cache.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 logger = logging.getLogger(__name__)
+
+EXIT_INTERRUPTED = 130
+"""Exit code of a ``cache`` stopped by Ctrl-C (128 + SIGINT, what a shell reports for a process killed by it)."""
 
 DEFAULT_SHIFT_SIZE = 224
 """The input size of ``analyze shift`` when no model file records the resolution it was trained at."""
@@ -171,7 +176,14 @@ def run_cache(args: argparse.Namespace) -> int:
         print(json.dumps(check_cache(config, args.out, num_images=args.num_images)))
         return 0
     writable_directory(args.out, "cache directory", create=False)
-    manifest = write_teacher_cache(config, args.out, batch_size=args.batch_size, shard_size=args.shard_size)
+    try:
+        manifest = write_teacher_cache(config, args.out, batch_size=args.batch_size, shard_size=args.shard_size)
+    except KeyboardInterrupt:  # Ctrl-C: every shard is renamed into place whole, so the rerun resumes
+        if PartialState().is_main_process:
+            written = len(list(Path(args.out).glob("shard-*.json")))
+            print(f"rightreasons cache: interrupted; the {written} shards written so far are kept: run the same "
+                  "command again to finish the cache", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if PartialState().is_main_process:
         print(json.dumps({"manifest": str(manifest)}))
     return 0

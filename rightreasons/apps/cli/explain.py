@@ -15,13 +15,15 @@ all explained. Per image (shorter side resized to `--size`, centre crop, encoded
 the weights (released weights, or a model file that names its classes); probabilities are `sigmoid(logit)`, the
 link of the BCE loss B-cos models are trained with, unless the run trained with softmax cross-entropy or
 `--probability softmax` says so. One line per image on stdout names the predicted and the explained class.
+`--out` may not be an input directory (its next run would explain these outputs); each PNG is written atomically and
+never through a symbolic link planted at its name.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
 from .arguments import positive_int, torch_device
@@ -31,7 +33,8 @@ if TYPE_CHECKING:  # torch is imported only when the command runs, so that `--he
 
     from ...engine import TrainConfig
 
-__all__ = ["build_model", "expand_images", "load_images", "register", "run", "save_pngs", "target_class"]
+__all__ = ["build_model", "expand_images", "load_images", "register", "refuse_input_folder", "run", "save_pngs",
+           "target_class"]
 
 LINKS = {"sigmoid": "bce", "softmax": "ce"}
 """`--probability` choice → the classification loss whose link it is."""
@@ -127,6 +130,18 @@ def expand_images(paths: list[Path]) -> list[Path]:
     return found
 
 
+def refuse_input_folder(out: Path, images: list[Path]) -> None:
+    """Refuse an output folder that is one of the input folders: the next run would explain the images this one
+    writes there (refused rather than skipped: a user's own image may be named like an output, ``cat_input.png``, and
+    a folder read and written at once changes under the command). A subfolder is fine: folders are not searched
+    recursively (:func:`expand_images`)."""
+    for folder in images:
+        if folder.is_dir() and folder.resolve() == out.resolve():
+            raise UsageError(f"--out {out} is the input folder {folder}: the next run would explain the images "
+                             f"written there as inputs; choose another folder (a subfolder such as "
+                             f"{folder / 'explained'} is fine)")
+
+
 def load_images(paths: list[Path], size: int, encoding: str = "bcos") -> Tensor:
     """Image files → batch `[N, C, size, size]` (shorter side resized, centre crop, then encoded: `[r, g, b, 1-r,
     1-g, 1-b]` in [0, 1] for B-cos models), with the data package's deterministic view."""
@@ -160,13 +175,17 @@ def save_pngs(out: Path, stem: str, image6: Tensor, weights: Tensor, title: str)
 
     from ...explain import save_explanation, to_rgba
     from ...explain.visualize import contribution_limits
+    from ...fileio import atomic_write
+
+    def save(name: str, pixels: Any, **colours: Any) -> None:  # atomically, never through a planted link
+        atomic_write(out / f"{stem}_{name}.png", lambda tmp: imsave(tmp, pixels, format="png", **colours))
 
     image6, weights = image6.detach().float().cpu(), weights.detach().float().cpu()
     contributions = (image6 * weights).sum(0)
     limit = contribution_limits(contributions)
-    imsave(out / f"{stem}_input.png", image6[:3].permute(1, 2, 0).clamp(0, 1).numpy())
-    imsave(out / f"{stem}_explanation.png", to_rgba(image6, weights).numpy())
-    imsave(out / f"{stem}_contributions.png", contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
+    save("input", image6[:3].permute(1, 2, 0).clamp(0, 1).numpy())
+    save("explanation", to_rgba(image6, weights).numpy())
+    save("contributions", contributions.numpy(), cmap="bwr", vmin=-limit, vmax=limit)
     save_explanation(out / f"{stem}_figure.png", image6, weights, title=title)
 
 
@@ -180,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
     from ...models import capabilities
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    refuse_input_folder(args.out, args.images)
     paths = expand_images(args.images)
     writable_directory(args.out, "--out", create=False)
     model, config = build_model(args)

@@ -95,10 +95,12 @@ def run_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, Pat
 def run_evaluate(args: argparse.Namespace) -> int:
     from ...classification import score_checkpoint
     from ...data import default_test_split
+    from ...engine.artifacts import refuse_run_file
     from ...fileio import json_text, writable_file, write_text_atomic
     from ..tasks import load_task_config
 
     if args.out:
+        refuse_run_file(args.out, "--out")
         writable_file(args.out, "--out")
     if args.config is not None:
         config, source = load_task_config(None, args.config, args.overrides), args.config

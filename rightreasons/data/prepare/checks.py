@@ -11,9 +11,9 @@ from pathlib import Path
 from ...fileio import file_digest
 from ..base import AnnotatedDataset
 from ..errors import BoxWarning, DataError
-from ..verify import sample_problems
+from ..verify import sample_problems, shared_ids
 
-__all__ = ["Report", "check_split", "read_checksum_file", "verify_checksums"]
+__all__ = ["Report", "check_disjoint", "check_split", "read_checksum_file", "verify_checksums"]
 
 
 class Report:
@@ -69,6 +69,18 @@ def check_split(report: Report, split: str, load: Callable[[], AnnotatedDataset]
     if problems:
         report.problem(f"{len(problems)} image(s) of split '{split}' refused by the loader", problems)
     return dataset
+
+
+def check_disjoint(report: Report, splits: Sequence[AnnotatedDataset | None]) -> None:
+    """Report every pair of ``splits`` (those meant to be disjoint: train, val, test; ``None``: a split the loader
+    refused) that shares image ids (:func:`~rightreasons.data.verify.shared_ids`), as training refuses a training
+    and validation split that do."""
+    loaded = [split for split in splits if split is not None]
+    for i, first in enumerate(loaded):
+        for second in loaded[i + 1:]:
+            problem = shared_ids(first, second)
+            if problem is not None:
+                report.problem(problem)
 
 
 def verify_checksums(expected: dict[str, str], root: str | os.PathLike, report: Report) -> None:

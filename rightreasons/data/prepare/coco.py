@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checks import Report, check_split, read_checksum_file, verify_checksums
+from .checks import Report, check_disjoint, check_split, read_checksum_file, verify_checksums
 from ..coco import COCO_SPLITS, COCO2014
 
 OFFICIAL_COUNTS = {"train": 82783, "val": 40504}
@@ -25,6 +25,7 @@ OFFICIAL_COUNTS = {"train": 82783, "val": 40504}
 def check(root: Path, checksums: Path | None = None, allow_partial: bool = False, workers: int = 0) -> Report:
     report = Report(f"MS COCO 2014 at {root}")
     checked: set[str] = set()
+    loaded = []
     for split in COCO_SPLITS:
         ann = root / "annotations" / f"instances_{split}2014.json"
         images = root / f"{split}2014"
@@ -36,6 +37,7 @@ def check(root: Path, checksums: Path | None = None, allow_partial: bool = False
             continue
         dataset = check_split(report, split, lambda: COCO2014(root, split, include_unannotated=True), checked,
                               workers)
+        loaded.append(dataset)
         if dataset is None:
             continue
         unannotated = int((~dataset.records.labels.any(1)).sum())
@@ -44,6 +46,7 @@ def check(root: Path, checksums: Path | None = None, allow_partial: bool = False
         if not allow_partial and len(dataset) != OFFICIAL_COUNTS[split]:
             report.problem(f"{ann}: {len(dataset)} images, the official release has {OFFICIAL_COUNTS[split]} "
                            "(--allow-partial to accept)")
+    check_disjoint(report, loaded)
     if checksums is not None:
         verify_checksums(read_checksum_file(checksums), root, report)
     report.note("no index files needed: the loader reads the annotation files directly")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torchvision.datasets.voc import DATASET_YEAR_DICT
 
-from .checks import Report, check_split, verify_checksums
+from .checks import Report, check_disjoint, check_split, verify_checksums
 from ...errors import DataError
 from ..voc import VOC2007, VOC_SPLITS, voc_root
 
@@ -40,18 +40,22 @@ def check(root: Path, tars: Path | None = None, allow_partial: bool = False, wor
     report.note(f"SegmentationClass: {len(list(seg.glob('*.png'))) if seg.is_dir() else 'absent'} masks "
                 "(optional, for the on-object metric)")
     checked: set[str] = set()
+    disjoint: list[VOC2007 | None] = []  # train, val and test (trainval is train and val together)
     for split in VOC_SPLITS:
         listing = root / "ImageSets" / "Main" / f"{split}.txt"
         if not listing.is_file():
             report.problem(f"image set '{split}' missing", [str(listing)])
             continue
         dataset = check_split(report, split, lambda: VOC2007(root, split), checked, workers)
+        if split != "trainval":
+            disjoint.append(dataset)
         if dataset is None:
             continue
         report.note(f"{split}: {len(dataset)} images")
         if not allow_partial and len(dataset) != OFFICIAL_COUNTS[split]:
             report.problem(f"{listing}: {len(dataset)} ids, the official release has {OFFICIAL_COUNTS[split]} "
                            "(--allow-partial to accept)")
+    check_disjoint(report, disjoint)
     if tars is not None:
         verify_checksums({DATASET_YEAR_DICT[k]["filename"]: DATASET_YEAR_DICT[k]["md5"] for k in ("2007", "2007-test")},
                          tars, report)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import Report, check_split
+from .checks import Report, check_disjoint, check_split
 from ...errors import DataError
 from ...fileio import write_csv_atomic
 from ..io import open_image
@@ -94,7 +94,7 @@ def check(root: Path, segmentations: Path | None = None, threshold: float = 0.5,
                        "DIR/segmentations (segmentations.tgz unpacked)", [str(box_path)])
         return report
     checked: set[str] = set()
-    for split in SPLIT_CODES:
-        check_split(report, split, lambda: Waterbirds100(root, split, box_file=box_file, train_like_val=False),
-                    checked, workers)
+    check_disjoint(report, [check_split(report, split, lambda: Waterbirds100(root, split, box_file=box_file,
+                                                                             train_like_val=False), checked, workers)
+                            for split in SPLIT_CODES])
     return report

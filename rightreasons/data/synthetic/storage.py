@@ -31,7 +31,7 @@ from torch import Tensor
 from ...choices import SYNTHETIC_NAMES as NAMES
 from ..base import AnnotatedDataset, Records
 from ...errors import ConfigError, UsageError
-from ...fileio import require_free_space, writable_directory, write_json_atomic
+from ...fileio import open_no_follow, refuse_links, require_free_space, writable_directory, write_json_atomic
 from ..errors import DataError
 from ..io import read_text, relative_path, require_file
 from ..waterbirds import GROUP_NAMES
@@ -79,6 +79,7 @@ def write_synthetic(out: str | os.PathLike, name: str, config: SyntheticConfig |
     config = config or SyntheticConfig()
     task = _task_of(name)
     out = writable_directory(out)
+    refuse_links(out, ["index.json", *(f"{split}/{folder}" for split in splits for folder in ("images", "masks"))])
     pixels = sum(config.sizes.get(split, DEFAULT_SIZES[split]) for split in splits) * config.size ** 2
     require_free_space(out, 4 * pixels, f"the synthetic dataset {name} (images and masks)")
     (out / "index.json").unlink(missing_ok=True)
@@ -101,8 +102,9 @@ def _write_splits(out: Path, name: str, task: str, config: SyntheticConfig, spli
         entries = []
         for i in range(len(data.records)):
             image_file, mask_file = f"{split}/images/{i:06d}.png", f"{split}/masks/{i:06d}.png"
-            Image.fromarray(data.images[i].permute(1, 2, 0).numpy()).save(out / image_file)
-            Image.fromarray(data.masks[i].numpy()).save(out / mask_file)
+            for file, pixels in ((image_file, data.images[i].permute(1, 2, 0)), (mask_file, data.masks[i])):
+                with open_no_follow(out / file, "wb") as f:  # never through a link planted at an image's name
+                    Image.fromarray(pixels.numpy()).save(f, format="PNG")
             boxes, box_labels = data.records.boxes_of(i)
             entry = {"id": str(data.records.ids[i]), "image": image_file, "mask": mask_file,
                      "labels": np.flatnonzero(data.records.labels[i]).tolist(), "boxes": boxes.tolist(),
