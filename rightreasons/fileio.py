@@ -47,6 +47,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import socket
 import sys
@@ -61,7 +62,7 @@ from .faults import boundary
 
 __all__ = ["DirectoryLock", "LOCK_FILE", "atomic_write", "atomic_write_all", "file_defect", "file_digest",
            "file_record", "fsync_path", "json_text", "open_no_follow", "read_json_object", "refuse_link",
-           "refuse_links", "remove_tree", "require_free_space", "writable_directory", "writable_file",
+           "refuse_links", "remove_tree", "require_free_space", "shared_directory", "writable_directory", "writable_file",
            "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 _DIGEST_CHUNK = 1 << 22
@@ -439,3 +440,26 @@ def json_text(data: Any, what: str, *, indent: int | None = 2, sort_keys: bool =
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as indented JSON (sorted keys) to ``path`` atomically (finite numbers only: :func:`json_text`)."""
     return write_text_atomic(path, json_text(data, str(path), sort_keys=True) + "\n")
+
+
+def shared_directory(root: str | os.PathLike, name: str, main: bool, gather: Callable[[Any], list[Any]],
+                     error: type[RightReasonsError], advice: str) -> None:
+    """Refuse, on every process of a launch at once, a directory that not all of them see as one — nodes whose disks
+    are their own would each write a part of what belongs together (a cache's shards, a run's checkpoints). The main
+    process writes a random token to ``root/name``; every process reads it back, and where some do not see it each
+    raises ``error`` naming them, then ``advice``. ``gather(value)``: every process's value, in rank order (a
+    collective: every process calls this function at the same point). The path itself may differ between nodes (a
+    file system mounted at another place); what counts is that they see one directory."""
+    token = secrets.token_hex(16) if main else None
+    if main:
+        atomic_write(Path(root) / name, lambda tmp: tmp.write_text(token))  # never through a planted link
+    token = gather(token)[0]
+    try:
+        seen = (Path(root) / name).read_text() == token
+    except OSError:
+        seen = False
+    seen_by = gather(seen)
+    blind = [rank for rank, ok in enumerate(seen_by) if not ok]
+    if blind:
+        raise error(f"{root} is not one directory for all {len(seen_by)} processes: process(es) {blind} do not see the "
+                    f"file process 0 wrote there (a disk of each node's own?). {advice}")

@@ -39,7 +39,7 @@ written). Batches never cross shard boundaries, so a resumed or repaired run wri
 Processes writing together must see one directory: on nodes that do not share a filesystem each would write its
 shards to a disk of its own and the cache would stay incomplete everywhere. Before any shard is computed, process 0
 writes a random token to ``.writers`` and every process reads it back; when some do not see it, every process raises
-the same :class:`~rightreasons.errors.CacheError`.
+the same :class:`~rightreasons.errors.CacheError` (:func:`rightreasons.fileio.shared_directory`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ import hashlib
 import json
 import math
 import os
-import secrets
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -69,7 +68,7 @@ from ..data.io import relative_path
 from ..config import diff_configs
 from ..errors import CacheError
 from ..fileio import (atomic_write, file_defect, file_record, read_json_object, require_free_space,
-                      writable_directory, write_json_atomic)
+                      shared_directory, writable_directory, write_json_atomic)
 from ..models import unwrap_model
 from .formats import DEFAULT_FORMAT, FORMATS, MapFormat, require_finite, require_shape
 
@@ -212,23 +211,6 @@ def _writing(root: Path, what: str) -> Iterator[None]:
                          "the cache") from e
 
 
-def _check_shared(root: Path, token: str | None, rank: int, world_size: int,
-                  gather: Callable[[Any], list[Any]]) -> None:
-    """Refuse, on every process at once, a directory that not every process sees (process 0 wrote ``token`` to
-    :data:`WRITERS` in it before calling this)."""
-    token = gather(token)[0]
-    try:
-        seen = (root / WRITERS).read_text() == token
-    except OSError:
-        seen = False
-    blind = [r for r, ok in enumerate(gather(seen)) if not ok]
-    if blind:
-        raise CacheError(f"{root} is not one directory for all {world_size} processes: process(es) {blind} do not see "
-                         "the file process 0 wrote there (a disk of each node's own?). Processes write one cache "
-                         "together only on a filesystem they share (NFS, Lustre, ...): put the cache there, or write "
-                         "it on one node and copy it to the others")
-
-
 def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, setting: Mapping[str, Any], *,
                 batch_size: int = 64, shard_size: int | None = None, device: torch.device | str = "cpu",
                 rank: int = 0, world_size: int = 1, barrier: Callable[[], None] = lambda: None,
@@ -273,12 +255,11 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
                               "explanation_format": explanation_format, "num_images": len(ids),
                               "ids_sha256": _ids_digest(ids)}
     if world_size > 1:  # before anything is read: every process must see the same files
-        token = None
         if rank == 0:
             writable_directory(root, "cache directory")
-            token = secrets.token_hex(16)
-            atomic_write(root / WRITERS, lambda tmp: tmp.write_text(token))  # never through a planted link
-        _check_shared(root, token, rank, world_size, gather)
+        shared_directory(root, WRITERS, rank == 0, gather, CacheError,
+                         "Processes write one cache together only on a filesystem they share (NFS, Lustre, ...): put "
+                         "the cache there, or write it on one node and copy it to the others")
     manifest_path = root / MANIFEST
     existing = read_json_object(manifest_path, "cache manifest", CacheError) if manifest_path.is_file() else None
     if existing is not None:

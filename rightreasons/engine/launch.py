@@ -36,7 +36,7 @@ from accelerate.utils import InitProcessGroupKwargs, reduce
 from ..config import diff_configs
 from ..errors import RightReasonsError, TrainingError, UsageError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_VARIABLE", "any_process", "host_group", "launched_processes",
+__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_VARIABLE", "any_process", "host_gather", "host_group", "launched_processes",
            "process_group_kwargs", "process_timeout", "same_everywhere", "start_checks", "unanswered", "use_cpu"]
 
 TIMEOUT_VARIABLE = "RIGHTREASONS_PROCESS_TIMEOUT"
@@ -116,14 +116,23 @@ def host_group(state: Accelerator | PartialState) -> dist.ProcessGroup | None:
     return dist.new_group(backend="gloo", timeout=process_timeout())
 
 
+def host_gather(group: dist.ProcessGroup) -> Callable[[Any], list[Any]]:
+    """``gather(value)``: every process's ``value`` (a small picklable host object), in rank order, over ``group``
+    (:func:`host_group`); a collective, so every process calls it at the same point."""
+    def gather(value: Any) -> list[Any]:
+        gathered: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, value, group=group)
+        return gathered
+    return gather
+
+
 def same_everywhere(values: dict[str, Any], group: dist.ProcessGroup | None) -> None:
     """Refuse, on every process, a launch whose processes differ in ``values`` (name → a JSON-like value: the config
     as a dict, a split's identity), naming each process, each differing key and both values; nothing on one process
     (``group`` is ``None``: :func:`host_group`). Every process calls it, at the same point."""
     if group is None:
         return
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, values, group=group)
+    gathered = host_gather(group)(values)
     first, differences = gathered[0], []
     for rank, other in enumerate(gathered[1:], 1):
         for name, value in first.items():

@@ -106,14 +106,14 @@ from ..data.verify import check_training_splits
 from ..errors import ConfigError, DivergenceError, NonFiniteError, RightReasonsError, TrainingError, UsageError
 from ..faults import boundary
 from ..fileio import (LOCK_FILE, DirectoryLock, atomic_write_all, json_text, open_no_follow, read_json_object,
-                      refuse_links, remove_tree, require_free_space, writable_directory)
+                      refuse_links, remove_tree, require_free_space, shared_directory, writable_directory)
 from ..metrics import ParetoTracker
 from ..metrics.evaluation import evaluate, format_results, result_names
 from .checkpointing import STATE_FILE, CheckpointManager, checked_integer, state_error
 from .config import OptimConfig, TrainConfig
 from .data import SeededTransform, mix_seed
-from .launch import (any_process, host_group, process_group_kwargs, same_everywhere, start_checks, unanswered,
-                     use_cpu)
+from .launch import (any_process, host_gather, host_group, process_group_kwargs, same_everywhere, start_checks,
+                     unanswered, use_cpu)
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .progress import Progress
 from .step_guard import MAX_BAD_STEPS, MIN_LOSS_SCALE, StepGuard, StepOutcome
@@ -128,6 +128,8 @@ logger = logging.getLogger(__name__)
 
 SUMMARY, MODEL_FILE = "summary.json", "model.safetensors"
 METRICS_FILE = "metrics.jsonl"
+SHARED_TOKEN = ".processes"
+"""The file by which the processes of a multi-process run find out that they see one run directory."""
 RESUMABLE_KEYS = ("output_dir", "checkpoint.keep_last", "checkpoint.keep_front", "log_with")
 """Config keys a resume may change: where the run is, how many checkpoints it keeps and which trackers it logs to
 (none changes a result)."""
@@ -338,8 +340,14 @@ class Trainer:
         self.val_set.transform = task.eval_transform(self.encoding)
         self.data_identity = {"train": split_identity(self.train_set), "val": split_identity(self.val_set)}
         self.host_group = host_group(self.accelerator)
-        same_everywhere({"config": to_dict(config), "training data": self.data_identity["train"],
+        agreed = {key: value for key, value in to_dict(config).items() if key != "output_dir"}  # mounts may differ
+        same_everywhere({"config": agreed, "training data": self.data_identity["train"],
                          "validation data": self.data_identity["val"]}, self.host_group)
+        if self.host_group is not None:  # checkpoints need every process's files in one directory
+            shared_directory(self.output_dir, SHARED_TOKEN, self.accelerator.is_main_process,
+                             host_gather(self.host_group), TrainingError,
+                             "A run on several nodes writes its checkpoints (every process's part) into one "
+                             "directory: put output_dir on a file system they share (NFS, Lustre, ...)")
 
         data, optim = config.data, config.optim
         self.sampler = task.train_sampler(self.train_set)
