@@ -158,6 +158,21 @@ def _explain_rows(explainer: Explainer, dataset: Any, rows: range, batch_size: i
     return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}, shape, ids
 
 
+def _require_finite_outputs(root: Path, index: int, tensors: dict[str, Tensor], ids: list[str]) -> None:
+    """Refuse to write shard ``index`` whose teacher outputs (logits, maps or their scales) hold a NaN or an infinite
+    value, naming the shard, the field and the images: a cache that every later training would refuse (or, unread,
+    train on as NaN losses) is not written in the first place."""
+    for key, values in tensors.items():
+        if not values.is_floating_point():
+            continue
+        bad = ~values.reshape(len(values), -1).isfinite().all(1)  # [N]: the images, one row each
+        if bad.any():
+            images = [ids[i] for i in bad.nonzero().flatten()[:5].tolist()]
+            raise CacheError(f"{root}: the teacher's {key!r} for shard {_shard_name(index)} holds non-finite values "
+                             f"(images {images}); nothing of that shard was written. A teacher's outputs are finite: "
+                             "check its weights and the images")
+
+
 def _write_shard(root: Path, index: int, rows: range, tensors: dict[str, Tensor], shape: list[int],
                  ids: list[str]) -> dict[str, Any]:
     """Write shard ``index`` atomically (:func:`~rightreasons.fileio.atomic_write`), then its record."""
@@ -310,6 +325,7 @@ def write_cache(explainer: Explainer, dataset: Any, out: str | os.PathLike, sett
         if shard_ids != ids[rows.start:rows.stop]:
             raise CacheError(f"{root}: dataset returned ids {shard_ids[:3]}... for rows {rows.start}–"
                              f"{rows.stop - 1}, expected {ids[rows.start:rows.start + 3]}...")
+        _require_finite_outputs(root, s, tensors, shard_ids)
         with _writing(root, f"shard {_shard_name(s)}"):
             _write_shard(root, s, rows, tensors, shape, shard_ids)
         if rank == 0:

@@ -37,7 +37,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from rightreasons import create_model, save_model
-from rightreasons.distill import CacheCorruptError, ExplanationCache
+from rightreasons.data import eval_transform, load_dataset
+from rightreasons.distill import CacheCorruptError, ExplanationCache, write_cache
+from rightreasons.errors import CacheError
 from rightreasons.fileio import file_record
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "distill" / "synthetic.yaml"
@@ -248,3 +250,27 @@ def test_a_disk_filled_by_another_process_during_cache_names_the_shard_and_the_c
     done = run_cli(*argv)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(ExplanationCache(cache, verify=True)) == 24
+
+
+@pytest.mark.parametrize("output", ["logits", "explanations"])
+def test_cache_refuses_to_write_a_shard_of_non_finite_teacher_outputs(tmp_path, output):
+    """A teacher whose output for one image is NaN: the shard holding it is refused before it is written (naming the
+    shard, the field and the image); the shard before it stays, so a rerun with a repaired teacher resumes there."""
+    dataset = load_dataset("synthetic-birds", None, "train", n=6, size=16,
+                           transform=eval_transform(16, encoding="bcos", crop_fraction=1.0))
+    poisoned = dataset[3]["image"]  # the 4th image: the second shard of two images each
+
+    def teacher(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, maps = torch.stack([images.mean((1, 2, 3)), -images.std((1, 2, 3))], 1), images - 0.5
+        hit = (images == poisoned).flatten(1).all(1)
+        (logits if output == "logits" else maps)[hit] = float("nan")
+        return logits, maps
+
+    setting = {"teacher": {"name": "fake", "kwargs": {}, "weights_sha256": "abc"},
+               "data": {"name": "synthetic-birds", "root": None, "split": "train", "options": {"n": 6}},
+               "transform": {"image_size": 16, "crop_fraction": 1.0, "encoding": "bcos"},
+               "explanation": {"method": "bcos_weights", "layer": "input"}}
+    with pytest.raises(CacheError, match=rf"shard-00001 holds non-finite values \(images \['{dataset.ids[3]}'\]\)"):
+        write_cache(teacher, dataset, tmp_path / "cache", setting, batch_size=2, shard_size=2)
+    assert (tmp_path / "cache" / "shard-00000.safetensors").is_file()
+    assert not (tmp_path / "cache" / "shard-00001.safetensors").exists()
