@@ -25,6 +25,10 @@ from rightreasons.faults import KILL_VARIABLE, TRACE_VARIABLE
 
 RUNNER = Path(__file__).with_name("fault_runner.py")
 
+# a guard against a hang, not a speed limit: the work is bounded by the boundaries of one run, and a kill at each of
+# them took longer than the suite's default 300 s on a 2-core machine at a load of 6-29 (and failed the tests after it)
+pytestmark = pytest.mark.timeout(1800)
+
 
 class Runner:
     """A ``fault_runner.py`` process; ``runner(kind, config, ...)`` runs one job and returns its exit code."""
