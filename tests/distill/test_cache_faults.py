@@ -42,6 +42,8 @@ from rightreasons.distill import CacheCorruptError, ExplanationCache, write_cach
 from rightreasons.errors import CacheError
 from rightreasons.fileio import file_record
 
+from cli_outcomes import clear_error
+
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "distill" / "synthetic.yaml"
 DATA = "data.options={n: 16, size: 32}"
 
@@ -70,15 +72,6 @@ def subprocess_cli(argv: list[str], **options: object) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "rightreasons", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, **options)
-
-
-def clear_error(done: subprocess.CompletedProcess, pattern: str) -> str:
-    """The command failed with one ``error:`` line (exit code 2, no traceback) matching ``pattern``."""
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
-    assert re.search(pattern, line), line
-    return line
 
 
 def shard_bytes(cache: Path) -> dict[str, bytes]:

@@ -22,12 +22,11 @@ import yaml
 from run_configs import tiny_guided_config
 
 
+from cli_outcomes import error_line
+
 def refused(done: subprocess.CompletedProcess, *expected: str) -> str:
-    """The one ``error:`` line of a command that was refused (exit code 2, no traceback), holding every ``expected``
-    text."""
-    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
+    """The one ``error:`` line of a command that was refused (:func:`error_line`), holding every ``expected`` text."""
+    line = error_line(done)
     for text in expected:
         assert text in line, (text, line)
     return line

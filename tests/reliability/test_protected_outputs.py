@@ -25,18 +25,10 @@ from PIL import Image
 
 from rightreasons.faults import KILL_VARIABLE
 from rightreasons.fileio import atomic_write, write_text_atomic
+from cli_outcomes import clear_error
 from run_configs import tiny_guided_config
 
 CONFIG = tiny_guided_config(**{"checkpoint.every_steps": 2})
-
-
-def clear_error(done: subprocess.CompletedProcess, pattern: str) -> str:
-    """The command failed with one ``error:`` line (exit code 2, no traceback) matching ``pattern``."""
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
-    assert re.search(pattern, line), line
-    return line
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,9 @@ import yaml
 from safetensors.torch import load_file
 
 from rightreasons.engine.checkpointing import MANIFEST
+from cli_outcomes import clear_error
 from run_configs import tiny_guided_config
+
 CONFIG = tiny_guided_config(**{"model.kwargs": {"inplanes": 8}, "checkpoint.keep_last": 3, "checkpoint.every_steps": 1})
 
 
@@ -51,17 +53,6 @@ def guide(run_cli) -> Callable[..., subprocess.CompletedProcess]:
                               env=env, timeout=300)
 
     return run
-
-
-def clear_error(done: subprocess.CompletedProcess, pattern: str) -> str:
-    """The command failed with one ``error:`` line (exit code 2, no traceback) matching ``pattern``."""
-    import re
-
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
-    assert re.search(pattern, line), line
-    return line
 
 
 def finite_checkpoints(out: Path) -> list[str]:
