@@ -253,7 +253,7 @@ def gloo_processes() -> Callable[..., list]:
 
 @pytest.fixture(scope="session")
 def launch() -> Callable[..., list[subprocess.CompletedProcess]]:
-    """``launch(args, processes=1, nodes=1, node_args=(), cwd=None, timeout=300, check=True)``: ``python -m
+    """``launch(args, processes=1, nodes=1, node_args=(), cwd=None, timeout=GUARD_S, check=True)``: ``python -m
     rightreasons ARGS`` as one distributed job on CPU — ``processes`` processes on one node (``torchrun
     --standalone``) or ``nodes`` nodes of one process each, meeting at a c10d rendezvous on 127.0.0.1 (two launcher
     processes on this machine); ``node_args[i]`` are appended to node ``i``'s command

@@ -26,10 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-#: how long a process waits for the others (a collective, the group's start)
-TIMEOUT_S = 120
-
+from guards import GUARD_S
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now."""
@@ -41,7 +38,7 @@ def free_port() -> int:
 def _process(target: Callable[..., Any], rank: int, world_size: int, port: int, out: str, args: tuple) -> None:
     """One process of :func:`gloo_processes`: join the group, run ``target(rank, *args)``, save what it returns."""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=TIMEOUT_S))
+                            timeout=datetime.timedelta(seconds=GUARD_S))
     try:
         result = target(rank, *args)
     finally:
@@ -63,7 +60,7 @@ def gloo_processes(target: Callable[..., Any], *args: Any, world_size: int = 2) 
             _process(target, 0, world_size, port, out, args)
         finally:
             for other in others:
-                other.join(timeout=TIMEOUT_S)
+                other.join(timeout=GUARD_S)
                 if other.is_alive():  # rank 0 failed and left it waiting in a collective
                     other.terminate()
                     other.join()
@@ -73,7 +70,7 @@ def gloo_processes(target: Callable[..., Any], *args: Any, world_size: int = 2) 
 
 
 def launch(args: Sequence[str], *, processes: int = 1, nodes: int = 1, node_args: Sequence[Sequence[str]] = (),
-           cwd: str | os.PathLike | None = None, timeout: float = 300,
+           cwd: str | os.PathLike | None = None, timeout: float = GUARD_S,
            check: bool = True) -> list[subprocess.CompletedProcess]:
     """Run ``python -m rightreasons ARGS`` as one distributed job on this machine (CPU, gloo): ``processes``
     processes under ``torchrun --standalone``, or ``nodes`` node launchers of one process each that meet at a c10d

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from guards import GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKUP = re.compile(r":(?:func|class|mod|meth|data|attr):`|``")
@@ -45,7 +46,7 @@ def test_the_site_builds_strictly_with_api_pages_from_the_docstrings(tmp_path):
     site = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
                            str(ROOT / "mkdocs.yml"), "--site-dir", str(site)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=240, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+                          timeout=GUARD_S, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     models = (site / "api" / "models" / "index.html").read_text(encoding="utf-8")
     for documented in ("rightreasons.models.factory.create_model", "LogitBiasWarning", "transforms", "Raises"):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 
@@ -209,4 +210,4 @@ def test_importing_the_package_leaves_timm_alone():
     code = ("import timm, rightreasons; assert timm.list_models('bcos_*') == [], 'registered'; "
             "added = rightreasons.register_timm_models(); assert 'bcos_resnet18' in added; "
             "assert 'bcos_resnet18' in timm.list_models('bcos_*')")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=GUARD_S)

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 from setuptools import find_packages
+from guards import GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +30,7 @@ def test_the_wheel_contains_the_configs(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source),
-                           "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+                           "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("rightreasons-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

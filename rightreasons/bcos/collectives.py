@@ -4,6 +4,7 @@ process's batch, from one all-reduce, differentiable to every order (:mod:`right
 
 from __future__ import annotations
 
+import atexit
 import datetime
 
 import torch
@@ -71,5 +72,15 @@ def statistics_group() -> dist.ProcessGroup:
     global _STATISTICS_GROUP
     world = dist.group.WORLD
     if _STATISTICS_GROUP is None or _STATISTICS_GROUP[0] is not world:
+        if _STATISTICS_GROUP is None:
+            atexit.register(_release_statistics_group)
         _STATISTICS_GROUP = (world, dist.new_group(timeout=_timeout_of(world)))
     return _STATISTICS_GROUP[1]
+
+
+def _release_statistics_group() -> None:
+    """Drop the reference to the group of synchronised statistics before the interpreter shuts down (``atexit``): a
+    gloo group destroyed during interpreter finalisation can abort the process (its worker threads release tensors
+    that need the GIL), after a run that ended well."""
+    global _STATISTICS_GROUP
+    _STATISTICS_GROUP = None

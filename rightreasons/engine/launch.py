@@ -36,8 +36,9 @@ from accelerate.utils import InitProcessGroupKwargs, reduce
 from ..config import diff_configs
 from ..errors import RightReasonsError, TrainingError, UsageError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_VARIABLE", "any_process", "host_gather", "host_group", "launched_processes",
-           "process_group_kwargs", "process_timeout", "same_everywhere", "start_checks", "unanswered", "use_cpu"]
+__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_VARIABLE", "any_process", "end_launch", "host_gather", "host_group",
+           "launched_processes", "process_group_kwargs", "process_timeout", "same_everywhere", "start_checks",
+           "unanswered", "use_cpu"]
 
 TIMEOUT_VARIABLE = "RIGHTREASONS_PROCESS_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300
@@ -114,6 +115,18 @@ def host_group(state: Accelerator | PartialState) -> dist.ProcessGroup | None:
     if state.num_processes == 1:
         return None
     return dist.new_group(backend="gloo", timeout=process_timeout())
+
+
+def end_launch(accelerator: Accelerator, group: dist.ProcessGroup | None) -> None:
+    """End a launch on every process together: wait at a barrier of ``group`` (:func:`host_group`) — no process
+    reports success before the main process has written the run's files, and none exits while another still talks
+    to it — then finish the trackers and destroy every process group while the interpreter is fully alive (a gloo
+    group still alive at interpreter exit can abort it: its worker threads release tensors that need the GIL). A
+    failure of another process before the barrier surfaces here as the collective's error (:func:`unanswered`).
+    Every process calls it, at the same point."""
+    if group is not None:
+        dist.barrier(group=group)
+    accelerator.end_training()
 
 
 def host_gather(group: dist.ProcessGroup) -> Callable[[Any], list[Any]]:

@@ -112,8 +112,8 @@ from ..metrics.evaluation import evaluate, format_results, result_names
 from .checkpointing import STATE_FILE, CheckpointManager, checked_integer, state_error
 from .config import OptimConfig, TrainConfig
 from .data import SeededTransform, mix_seed
-from .launch import (any_process, host_gather, host_group, process_group_kwargs, same_everywhere, start_checks,
-                     unanswered, use_cpu)
+from .launch import (any_process, end_launch, host_gather, host_group, process_group_kwargs, same_everywhere,
+                     start_checks, unanswered, use_cpu)
 from .optim import build_optimizer, build_scheduler, clip_gradients
 from .progress import Progress
 from .step_guard import MAX_BAD_STEPS, MIN_LOSS_SCALE, StepGuard, StepOutcome
@@ -922,7 +922,8 @@ class Trainer:
                 logger.info("finished after %d steps: best validation %s %.4f at step %d; wrote %s and %s",
                             self.position.step, self.best.get("metric", "score"), self.best["score"],
                             self.best["step"], self.output_dir / MODEL_FILE, self.output_dir / SUMMARY)
-        self.accelerator.end_training()
+        end_launch(self.accelerator, self.host_group)
+        self.host_group = None
         self.lock.release()
         return summary
 

@@ -143,7 +143,6 @@ def two_processes(gloo_processes) -> list[dict]:
     return gloo_processes(worker)
 
 
-@pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_synchronised_processes_equal_one_process_on_the_whole_batch(two_processes, kind):
     reference = build(kind)
@@ -163,7 +162,6 @@ def test_two_synchronised_processes_equal_one_process_on_the_whole_batch(two_pro
             torch.testing.assert_close(got["running"][key], value, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", FD_KINDS)
 def test_synchronised_second_order_gradient_matches_finite_differences(two_processes, kind):
     for results in two_processes:
@@ -172,7 +170,6 @@ def test_synchronised_second_order_gradient_matches_finite_differences(two_proce
         assert fd.abs().max() > 1e-3  # the perturbed entries matter
 
 
-@pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", GUIDED)
 def test_guided_steps_on_processes_with_different_annotations_equal_one_process(two_processes, case):
     reference, loss = guided(case, slice(None), synchronised=False)

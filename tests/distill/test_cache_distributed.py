@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 import torch.distributed as dist
 
@@ -60,7 +59,6 @@ def worker(rank: int, root: Path) -> dict[str, Any]:
     return outcome
 
 
-@pytest.mark.timeout(240)
 def test_processes_write_one_shared_cache_and_refuse_directories_they_do_not_share(tmp_path, gloo_processes):
     outcomes = gloo_processes(worker, tmp_path)
     # one shared directory: 4 shards of 3 images, process 0 writes shards 0 and 2, process 1 shards 1 and 3

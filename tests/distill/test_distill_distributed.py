@@ -57,7 +57,6 @@ def frozen_runs(tmp_path_factory, launch) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
 def test_frozen_e2kd_on_two_nodes_equals_one_process(frozen_runs):
     reference = load_file(frozen_runs / "one" / "model.safetensors")
     got = load_file(frozen_runs / "nodes" / "model.safetensors")
@@ -72,7 +71,6 @@ def test_frozen_e2kd_on_two_nodes_equals_one_process(frozen_runs):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_two_nodes_share_the_shards_of_one_cache(frozen_runs):
     """The cache the frozen runs trained on is complete: 32 images in 4 shards (each node wrote two)."""
     manifest = json.loads((frozen_runs / "cache" / "manifest.json").read_text())
@@ -81,7 +79,6 @@ def test_two_nodes_share_the_shards_of_one_cache(frozen_runs):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_nodes_without_a_shared_directory_refuse_to_write_a_cache(frozen_runs, launch):
     disks = [frozen_runs / f"disk-of-node-{node}" for node in (0, 1)]
     results = launch(["cache", "--config", str(frozen_runs / "config.yaml")], nodes=2,
@@ -94,7 +91,6 @@ def test_nodes_without_a_shared_directory_refuse_to_write_a_cache(frozen_runs, l
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 @pytest.mark.exhaustive  # test_distill_train and test_distill_wrapped run two-process e²KD in the suite
 @pytest.mark.parametrize("frozen", [False, True], ids=["live", "frozen"])
 def test_bcos_cnn_to_vit_e2kd_trains_on_two_processes(tmp_path, launch, frozen):

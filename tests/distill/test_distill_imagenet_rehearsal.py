@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "distill" / "synthetic.yaml"
@@ -26,11 +27,10 @@ def cli(*args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "rightreasons", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=GUARD_S)
 
 
 @pytest.mark.exhaustive
-@pytest.mark.timeout(300)
 def test_imagenet_folder_cache_check_and_frozen_distillation_through_the_cli(tmp_path):
     root = bench_module().write_imagenet_folder(tmp_path / "imagenet", classes=10, per_class=2, size=32)
     assert len(list((root / "train").glob("n*/*.JPEG"))) == 20

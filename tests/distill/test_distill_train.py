@@ -21,6 +21,7 @@ from rightreasons.distill import DistillationRun, run_distillation
 from rightreasons.explain import layer_for
 from rightreasons.distill import DistillationTask, DistillConfig
 from rightreasons.distill import task as distillation_task
+from guards import GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "distill" / "synthetic.yaml"
@@ -38,9 +39,8 @@ def teacher_file(tmp_path_factory):
                       tmp_path_factory.mktemp("teacher") / "model.safetensors")
 
 
-@pytest.mark.timeout(240)
 def test_two_process_live_e2kd_run_on_cpu(tmp_path, launch):
-    result, = launch(["distill", "--config", str(CONFIG), f"output_dir={tmp_path}"], processes=2, timeout=220)
+    result, = launch(["distill", "--config", str(CONFIG), f"output_dir={tmp_path}"], processes=2, timeout=GUARD_S)
     printed = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"best"')]
     assert len(printed) == 1                                  # the main process reports
     checkpoint = tmp_path / "checkpoints" / "step-000004"

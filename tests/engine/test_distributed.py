@@ -56,7 +56,6 @@ def runs(tmp_path_factory, launch) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
 @pytest.mark.parametrize("launched", ["processes", "nodes"])
 def test_synchronised_batchnorm_runs_on_two_processes_and_two_nodes_equal_one_process(runs, launched):
     reference, got = load_file(runs / "one" / "model.safetensors"), load_file(runs / launched / "model.safetensors")
@@ -75,7 +74,6 @@ def test_synchronised_batchnorm_runs_on_two_processes_and_two_nodes_equal_one_pr
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
 def test_a_cpu_only_multi_process_launch_without_cpu_true_trains_once(runs):
     """Both processes trained one run together (one gloo group): one record per step, and the second process's
     random state in the checkpoints; two independent runs would have logged every step twice or crashed."""
@@ -92,7 +90,6 @@ def _train_records(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
 def test_a_two_process_run_killed_in_epoch_2_and_resumed_equals_the_uninterrupted_run(runs, tmp_path, launch,
                                                                                        monkeypatch):
     """Killed with ``SIGKILL`` right after a checkpoint in the middle of epoch 2 (``RIGHTREASONS_FAULT_KILL``: rank 0

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from guards import GUARD_S
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "step_counts.py"
 
@@ -41,7 +42,7 @@ def test_no_step_type_waits_for_the_device_on_one_process():
 def test_no_step_type_waits_for_the_device_under_ddp(tmp_path):
     out = tmp_path / "counts.json"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(SCRIPT), "--json", str(out)], capture_output=True, text=True, timeout=300)
+                           str(SCRIPT), "--json", str(out)], capture_output=True, text=True, timeout=GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
     counts = json.loads(out.read_text())
     assert counts["processes"] == 2

@@ -25,6 +25,7 @@ from rightreasons.engine.launch import use_cpu
 from rightreasons.engine.trainer import EXIT_PREEMPTED
 from rightreasons.errors import TrainingError
 from rightreasons.fileio import LOCK_FILE, DirectoryLock
+from guards import GUARD_S
 
 CONFIG = """
 cpu: true
@@ -44,14 +45,13 @@ def _holder(lock: Path) -> dict | None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
 def test_a_second_run_into_the_output_directory_of_a_running_one_is_refused(tmp_path, capsys):
     (tmp_path / "config.yaml").write_text(CONFIG)
     args = ["train", "--config", str(tmp_path / "config.yaml"), f"output_dir={tmp_path / 'run'}"]
     first = subprocess.Popen([sys.executable, "-m", "rightreasons", *args], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + GUARD_S
         while (_holder(tmp_path / "run" / LOCK_FILE) or {}).get("pid") != first.pid:
             assert first.poll() is None and time.monotonic() < deadline, "the first run did not start"
             time.sleep(0.2)
@@ -66,7 +66,7 @@ def test_a_second_run_into_the_output_directory_of_a_running_one_is_refused(tmp_
             time.sleep(0.2)
     finally:
         first.send_signal(signal.SIGTERM)  # pre-empted: checkpoint, then exit 75
-        _, stderr = first.communicate(timeout=120)
+        _, stderr = first.communicate(timeout=GUARD_S)
     assert first.returncode == EXIT_PREEMPTED, stderr[-2000:]
     assert not (tmp_path / "run" / "summary.json").exists()
 
@@ -142,7 +142,7 @@ def test_a_refused_start_leaves_no_lock_behind(tmp_path):
     with pytest.raises(TrainingError, match="larger than the training set") as error:
         Trainer(ClassificationTask(_tiny(out, batch_size=64)))
     other = subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(out)], input="acquire\n", capture_output=True,
-                           text=True, timeout=60)
+                           text=True, timeout=GUARD_S)
     assert other.stdout.strip() == "locked", (other.stdout, other.stderr[-2000:], error)
 
 

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from rightreasons.engine.launch import TIMEOUT_VARIABLE
+from guards import GUARD_S
 
 CONFIG = """
 seed: 3
@@ -30,14 +31,13 @@ def _limit_file_size() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_the_other_process_says_that_the_main_process_failed(tmp_path):
     (tmp_path / "config.yaml").write_text(CONFIG)
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rightreasons",
          "train", "--config", str(tmp_path / "config.yaml"), f"output_dir={tmp_path / 'run'}"],
         env={**os.environ, "PYTHONUNBUFFERED": "1", TIMEOUT_VARIABLE: "120"}, capture_output=True, text=True,
-        preexec_fn=_limit_file_size, timeout=540)
+        preexec_fn=_limit_file_size, timeout=GUARD_S)
     errors = [line for line in result.stderr.splitlines() if "error: " in line]
     assert result.returncode != 0 and len(errors) == 2, result.stderr[-4000:]
     assert "error: could not write checkpoint step-000001" in errors[0], errors

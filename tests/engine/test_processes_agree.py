@@ -19,7 +19,6 @@ eval: {num_images: 0}
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_a_node_with_another_data_seed_is_refused_on_every_node(tmp_path, launch):
     (tmp_path / "config.yaml").write_text(CONFIG)
     results = launch(["train", "--config", str(tmp_path / "config.yaml"), f"output_dir={tmp_path / 'run'}"], nodes=2,
@@ -33,7 +32,6 @@ def test_a_node_with_another_data_seed_is_refused_on_every_node(tmp_path, launch
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_nodes_that_do_not_share_the_run_directory_are_refused_on_every_node(tmp_path, launch):
     """Two nodes whose ``output_dir`` is not one directory (here: another path on each, as two disks of their own
     would be); the path alone may differ (a file system mounted elsewhere), so it is not what is compared."""

@@ -104,7 +104,6 @@ CASES = {
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
 @pytest.mark.parametrize("case", list(CASES))
 def test_an_edited_resumed_state_is_refused_naming_the_field(killed_run, tmp_path, case):
     change, message = CASES[case]

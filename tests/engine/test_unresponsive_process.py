@@ -18,6 +18,7 @@ import pytest
 from rightreasons.engine.launch import DEFAULT_TIMEOUT_S, TIMEOUT_VARIABLE, process_timeout
 from rightreasons.errors import UsageError
 from rightreasons.fileio import LOCK_FILE
+from guards import GUARD_S
 
 CONFIG = """
 seed: 3
@@ -27,7 +28,6 @@ data: {name: synthetic-birds, image_size: 32, batch_size: 4, eval_batch_size: 8,
 optim: {epochs: 1000}
 eval: {num_images: 0}
 """
-GUARD_S = 600  # a guard far above the expected time, never what the test measures
 
 
 def _children(pid: int) -> list[int]:
@@ -45,7 +45,6 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(GUARD_S + 60)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the launcher's processes in /proc")
 def test_a_stopped_rank_ends_the_run_with_an_error_naming_it(tmp_path):
     (tmp_path / "config.yaml").write_text(CONFIG)

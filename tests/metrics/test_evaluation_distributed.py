@@ -54,7 +54,6 @@ def results(rank: int = 0, world_size: int = 1) -> dict[str, Any]:
     return evaluate(model, dataset, evaluators, batch_size=2, device="cpu", rank=rank, world_size=world_size)
 
 
-@pytest.mark.timeout(240)
 def test_two_processes_score_an_odd_sized_dataset_as_one_process(gloo_processes):
     distributed = gloo_processes(results, 2)
     expected = results()

@@ -2,7 +2,6 @@
 the single-process value. Rank 0 runs in the test process and rank 1 in a spawned one, so that only one extra
 interpreter has to import torch."""
 
-import pytest
 import torch
 
 from rightreasons.metrics import EnergyPointingGame, GroupAccuracy, IoU, MultiLabelClassification
@@ -38,7 +37,6 @@ def worker(rank):
     return evaluate(slice(0, SPLIT) if rank == 0 else slice(SPLIT, None))
 
 
-@pytest.mark.timeout(120)
 def test_two_process_sync_equals_single_process(gloo_processes):
     distributed = gloo_processes(worker)
     expected = evaluate(slice(None))

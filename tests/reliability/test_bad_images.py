@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from rightreasons.data import DataError, collate, load_dataset
+from guards import GUARD_S
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = [f"birds/{i:03d}.img" for i in range(4)]
@@ -114,7 +115,7 @@ def test_corrupt_image_in_a_worker_is_raised_in_the_main_process_naming_the_file
     contents[2] = IMAGES["JPEG"][: len(IMAGES["JPEG"]) // 2]
     root = write_waterbirds(tmp_path, contents)
     dataset = load_dataset("waterbirds100", root, "train")
-    loader = torch.utils.data.DataLoader(dataset, batch_size=1, num_workers=2, collate_fn=collate, timeout=120)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=1, num_workers=2, collate_fn=collate, timeout=GUARD_S)
     with pytest.raises(DataError, match=rf"(?s)Caught DataError in DataLoader worker.*{NAMES[2]}: cannot decode image"):
         for _ in loader:
             pass

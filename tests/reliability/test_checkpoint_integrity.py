@@ -25,6 +25,7 @@ from rightreasons.engine.trainer import EXIT_PREEMPTED
 from rightreasons.errors import CheckpointError, TrainingError
 from rightreasons.guidance import GuideConfig
 from run_configs import tiny_guided_config
+from guards import GUARD_S
 
 
 def _config(out: Path, **changes) -> dict:
@@ -168,11 +169,11 @@ def test_sigterm_checkpoints_stops_with_75_and_resumes_to_the_same_result(finish
     command = [sys.executable, "-m", "rightreasons", "guide", "--config", str(path), "--resume"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = out / "metrics.jsonl"
-    deadline = time.time() + 120
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2) and time.time() < deadline:
+    deadline = time.monotonic() + GUARD_S
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2) and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=GUARD_S)
     assert process.returncode == EXIT_PREEMPTED, stderr[-2000:]
     assert "stopped by SIGTERM: checkpoint" in stderr and "--resume" in stderr
     assert list((out / "checkpoints").glob("step-*")), "no checkpoint was written"

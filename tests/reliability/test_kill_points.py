@@ -22,12 +22,9 @@ import pytest
 
 import rightreasons
 from rightreasons.faults import KILL_VARIABLE, TRACE_VARIABLE
+from guards import GUARD_S
 
 RUNNER = Path(__file__).with_name("fault_runner.py")
-
-# a guard against a hang, not a speed limit: the work is bounded by the boundaries of one run, and a kill at each of
-# them took longer than the suite's default 300 s on a 2-core machine at a load of 6-29 (and failed the tests after it)
-pytestmark = pytest.mark.timeout(1800)
 
 
 class Runner:
@@ -48,7 +45,7 @@ class Runner:
 
     def close(self) -> None:
         self.process.stdin.close()
-        self.process.wait(timeout=60)
+        self.process.wait(timeout=GUARD_S)
 
 
 @pytest.fixture(scope="module")

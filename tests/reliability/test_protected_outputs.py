@@ -27,6 +27,7 @@ from rightreasons.faults import KILL_VARIABLE
 from rightreasons.fileio import atomic_write, write_text_atomic
 from cli_outcomes import clear_error
 from run_configs import tiny_guided_config
+from guards import GUARD_S
 
 CONFIG = tiny_guided_config(**{"checkpoint.every_steps": 2})
 
@@ -102,12 +103,12 @@ def test_a_temporary_file_left_by_a_killed_evaluate_is_removed_by_the_next(finis
     out = tmp_path / "test.json"
     argv = [sys.executable, "-m", "rightreasons", *OUTPUTS["evaluate"](finished, out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+    killed = subprocess.run(argv, capture_output=True, text=True, timeout=GUARD_S,
                             env={**env, KILL_VARIABLE: "atomic-write test.json: written, not renamed:1"})
     assert killed.returncode == -9, killed.stderr[-3000:]
     (left,) = [p.name for p in tmp_path.iterdir()]
     assert re.fullmatch(r"\.test\.json\.[0-9a-f]{12}\.tmp", left)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=GUARD_S, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [p.name for p in tmp_path.iterdir()] == ["test.json"]
 

@@ -32,6 +32,7 @@ from safetensors.torch import load_file
 
 from rightreasons.engine.checkpointing import MANIFEST
 from cli_outcomes import clear_error
+from guards import GUARD_S
 from run_configs import tiny_guided_config
 
 CONFIG = tiny_guided_config(**{"model.kwargs": {"inplanes": 8}, "checkpoint.keep_last": 3, "checkpoint.every_steps": 1})
@@ -50,7 +51,7 @@ def guide(run_cli) -> Callable[..., subprocess.CompletedProcess]:
             return run_cli(*argv)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
         return subprocess.run([*prefix, sys.executable, "-m", "rightreasons", *argv], capture_output=True, text=True,
-                              env=env, timeout=300)
+                              env=env, timeout=GUARD_S)
 
     return run
 
@@ -261,7 +262,7 @@ def test_a_cache_directory_in_use_is_refused(tmp_path, finished, guide):
             assert holder.stdout.readline() == "locked\n"
             done = guide(tmp_path, cache, "--out", str(cache), config=config, command="cache")
         finally:
-            holder.communicate("", timeout=60)
+            holder.communicate("", timeout=GUARD_S)
     clear_error(done, rf"cache directory {cache} is in use by another run \(process {holder.pid} on host")
     assert sorted(p.name for p in cache.iterdir()) == [".lock"]
 
@@ -300,7 +301,7 @@ def test_an_output_directory_turned_read_only_mid_run_says_nothing_was_lost(tmp_
         locked = [d for d in (out / "checkpoints", out / "tensorboard", out) if d.is_dir()]
         for directory in locked:
             subprocess.run(["chattr", "+i", str(directory)], check=True)
-        stdout, stderr = process.communicate(timeout=300)
+        stdout, stderr = process.communicate(timeout=GUARD_S)
     finally:
         for directory in locked:
             subprocess.run(["chattr", "-i", str(directory)], check=True)

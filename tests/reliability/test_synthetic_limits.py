@@ -15,6 +15,7 @@ import pytest
 
 from rightreasons.data import load_dataset
 from rightreasons.errors import UsageError
+from guards import GUARD_S
 
 ROOT = Path(__file__).parents[2]
 CONFIG = """\
@@ -34,7 +35,7 @@ def rightreasons_limited(*args: str, cwd: Path, file_size_limit: int) -> subproc
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "rightreasons", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env, preexec_fn=limit)
+                          timeout=GUARD_S, env=env, preexec_fn=limit)
 
 
 def error_line(done: subprocess.CompletedProcess) -> str:

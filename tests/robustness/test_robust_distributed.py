@@ -21,7 +21,6 @@ eval: {num_images: 0, localization: false}
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
 @pytest.mark.parametrize("method", ["groupdro", pytest.param("reweight", marks=pytest.mark.exhaustive)])
 def test_two_processes_train_as_one(tmp_path, launch, method):
     (tmp_path / "config.yaml").write_text(CONFIG)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bcosify_study.py"
 
@@ -14,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bcosify_study.py"
 @pytest.mark.exhaustive
 def test_quick_study_writes_results_report_and_figure(tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)], capture_output=True,
-                            text=True, timeout=240)
+                            text=True, timeout=GUARD_S)
     assert result.returncode == 0, result.stderr
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["runs"]) == ["seed-0"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from guards import GUARD_S
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 
@@ -16,7 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--device", "cpu", "--json", str(out)],
-                            capture_output=True, text=True, timeout=480)
+                            capture_output=True, text=True, timeout=GUARD_S)
     assert result.returncode == 0, result.stderr
     assert "| section | ours | reference | ratio | target | pass/fail |" in result.stdout
     sections = [row["section"] for row in json.loads(out.read_text())["results"]]
@@ -35,7 +36,7 @@ def test_quick_benchmark_prints_the_table_and_writes_json(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_the_gpu_benchmark_says_there_is_no_cuda_and_exits_0():
     result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cuda", "--only", "gpu-throughput"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=GUARD_S)
     assert result.returncode == 0, result.stderr
     assert "no CUDA device" in result.stdout and "measures nothing" in result.stdout
     assert "| section |" not in result.stdout

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "e2kd_study.py"
 
@@ -18,7 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "e2kd_study.py"
 ])
 def test_quick_study_writes_results_and_report(tmp_path, study, metrics, images):
     result = subprocess.run([sys.executable, str(SCRIPT), study, "--quick", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=GUARD_S)
     assert result.returncode == 0, result.stderr
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["study"] == study and list(results["runs"]) == ["seed-0"]
@@ -34,7 +35,7 @@ def test_quick_study_writes_results_and_report(tmp_path, study, metrics, images)
 @pytest.mark.exhaustive
 def test_quick_cache_format_study_trains_from_a_float16_and_a_compact_cache(tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPT), "limited-data", "--quick", "--cache-formats", "--out",
-                             str(tmp_path)], capture_output=True, text=True, timeout=300)
+                             str(tmp_path)], capture_output=True, text=True, timeout=GUARD_S)
     assert result.returncode == 0, result.stderr
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["summary"]) == {"frozen_float16", "frozen_compact"}

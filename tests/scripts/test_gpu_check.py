@@ -8,13 +8,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from guards import GUARD_S
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 
 
 def test_without_cuda_it_says_so_and_exits_0(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out")], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=GUARD_S)
     assert done.returncode == 0, done.stderr
     assert "no CUDA device" in done.stdout and "measures nothing here" in done.stdout
     assert not (tmp_path / "out").exists()
@@ -22,7 +23,7 @@ def test_without_cuda_it_says_so_and_exits_0(tmp_path):
 
 def test_the_rehearsal_writes_every_part(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--rehearse", "--out", str(tmp_path)], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu-check.json").read_text())
     assert report["tier"]["passed"] and "passed" in report["tier"]["summary"]

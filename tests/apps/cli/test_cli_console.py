@@ -13,12 +13,13 @@ import pytest
 from rightreasons.apps import cli
 from rightreasons.console import configure_logging, plain_text
 from rightreasons.version import __version__
+from guards import GUARD_S
 
 MARKUP = re.compile(r":[a-z]+:`|``|`|\]\[")
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=GUARD_S)
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "rightreasons"):
@@ -67,7 +68,7 @@ def test_help_and_version_do_not_load_torch(argv):
 
 def test_version():
     done = subprocess.run([sys.executable, "-m", "rightreasons", "--version"], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=GUARD_S)
     assert done.returncode == 0 and done.stdout.strip() == f"rightreasons {__version__}"
 
 
@@ -96,7 +97,7 @@ def test_a_closed_pipe_ends_quietly():
                                stderr=subprocess.PIPE)
     process.stdout.close()  # the reader is gone before the first line is written
     stderr = process.stderr.read().decode()
-    assert process.wait(timeout=120) == cli.EXIT_BROKEN_PIPE
+    assert process.wait(timeout=GUARD_S) == cli.EXIT_BROKEN_PIPE
     assert stderr == ""
 
 

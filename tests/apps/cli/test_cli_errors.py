@@ -10,6 +10,7 @@ import pytest
 
 from rightreasons.apps import cli
 from rightreasons.errors import ConfigError, RightReasonsError
+from guards import GUARD_S
 
 
 def test_user_errors_become_one_line_and_exit_code_2(tmp_path, capsys):
@@ -37,7 +38,7 @@ def test_every_error_class_of_the_package_is_a_user_error():
 
 def test_unknown_names_through_the_console_script(tmp_path):
     done = subprocess.run([sys.executable, "-m", "rightreasons", "explain", "--model", "bcos_resnet81", "x.png",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=GUARD_S)
     assert done.returncode == 2 and "did you mean bcos_resnet18" in done.stderr and "Traceback" not in done.stderr
 
 
