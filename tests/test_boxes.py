@@ -3,6 +3,7 @@ localisation metrics compute from the same boxes and maps."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torchvision import tv_tensors
@@ -143,21 +144,40 @@ def test_tiny_boxes_guide_training_and_score_evaluation_on_the_same_pixel():
 
 
 def test_energy_loss_is_one_minus_epg_also_in_the_degenerate_cases():
+    """One kernel: the Energy loss is ``1 − EPG`` wherever a map holds at least ENERGY_EPS of positive evidence; below
+    it the loss follows the Model-Guidance release (the ratio replaced by its numerator) and EPG stays the ratio."""
     generator = torch.Generator().manual_seed(0)
     maps = torch.randn(8, 10, 10, generator=generator, dtype=torch.float64)
     maps[1] = -maps[1].abs()  # no positive evidence
     maps[2] = 0.0
     maps[3] = -1.0
-    maps[3, 0, 0] = ENERGY_EPS / 10  # positive evidence below the threshold
+    maps[3, 0, 0] = ENERGY_EPS / 10  # positive evidence below the loss's floor, at one pixel
     maps[4] = maps[4].abs() * 1e-9
     masks = torch.rand(8, 10, 10, generator=generator) > 0.5
+    masks[3, 0, 0] = True
     masks[5] = False  # empty mask
     masks[6] = True  # full mask
-    assert torch.equal(energy_loss(maps, masks, reduction="none"), 1 - epg(maps, masks))
+    loss, scores = energy_loss(maps, masks, reduction="none"), epg(maps, masks)
+    tiny = torch.tensor([3, 4])
+    normal = torch.tensor([0, 1, 2, 5, 6, 7])
+    assert torch.equal(loss[normal], 1 - scores[normal])
+    positive = maps[tiny].clamp(min=0)
+    assert torch.equal(loss[tiny], 1 - (positive * masks[tiny]).flatten(1).sum(1))  # the release's rule
+    assert torch.allclose(scores[tiny], (positive * masks[tiny]).flatten(1).sum(1) / positive.flatten(1).sum(1))
     metric = EnergyPointingGame()
     metric.update(maps, masks)
-    assert torch.allclose(metric.compute().double(), epg(maps, masks).mean(), atol=1e-6)
-    assert epg(maps, masks)[[1, 2]].eq(0).all() and epg(maps, masks)[3] < ENERGY_EPS and epg(maps, masks)[6] == 1
+    assert torch.allclose(metric.compute().double(), scores.mean(), atol=1e-6)
+    assert scores[[1, 2, 5]].eq(0).all() and scores[3] == 1 and scores[6] == 1
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e-6, 1e6])
+def test_epg_does_not_depend_on_the_scale_of_the_map(scale):
+    """A freshly B-cosified model's contributions are tiny: its maps must score as the same maps at any scale."""
+    generator = torch.Generator().manual_seed(2)
+    maps = torch.randn(6, 12, 12, generator=generator)
+    masks = torch.rand(6, 12, 12, generator=generator) > 0.6
+    assert torch.allclose(epg(maps * scale, masks), epg(maps, masks), rtol=1e-5, atol=0)
+    assert epg(maps, masks).gt(0).all()
 
 
 def test_the_batch_rasterises_each_image_as_it_would_alone():

@@ -4,8 +4,9 @@ Every loss takes attribution maps ``[N, H, W]`` (one class per sample, at input 
 method returns them) and binary masks ``[N, H, W]`` (the union of that class's boxes) and owns its preprocessing:
 
 * ``A⁺ = max(A, 0)``, ``Â⁺ = A⁺ / max A⁺`` (0 where ``max A⁺ = 0``), ``Â = A / max|A|`` (0 where ``max|A| = 0``);
-* ``energy``: ``1 − Σ M·A⁺ / Σ A⁺``, exactly ``1 − EPG``: both are computed by one kernel,
-  :func:`rightreasons.metrics.energy_ratio`, which also defines the case ``Σ A⁺ ≈ 0``;
+* ``energy``: ``1 − Σ M·A⁺ / Σ A⁺``, ``1 − EPG``: both are computed by one kernel,
+  :func:`rightreasons.metrics.energy_ratio`, which also defines the case ``Σ A⁺ ≈ 0`` (below
+  :data:`~rightreasons.metrics.ENERGY_EPS` for the loss, as in the Model-Guidance release; exactly 0 for EPG);
 * ``l1``: ``(1/HW) Σ |M − Â⁺|``;
 * ``ppce``: ``−(1/‖M‖₁) Σ M · log Â⁺`` with ``log`` floored at −100 and its derivative ``1/Â⁺`` capped at 1e12
   (both as ``torch.nn.BCELoss``, which the Model-Guidance code uses; without the cap a denormal Â⁺ overflows
@@ -29,7 +30,7 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
-from ..metrics.localization import energy_ratio
+from ..metrics.localization import ENERGY_EPS, energy_ratio
 
 __all__ = ["LOSSES", "GuidanceReduction", "LossName", "energy_loss", "get_loss", "l1_loss", "normalized",
            "normalized_positive", "ppce_loss",
@@ -96,7 +97,7 @@ def energy_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mea
                 annotated: Tensor | None = None) -> Tensor:
     """Energy loss ``1 − EPG = 1 − Σ M·A⁺ / Σ A⁺`` (eq. 7.6; :func:`~rightreasons.metrics.energy_ratio`)."""
     mask = _check(attributions, masks, "energy_loss")
-    return reduce_loss(1 - energy_ratio(attributions, mask), masks, reduction, annotated)
+    return reduce_loss(1 - energy_ratio(attributions, mask, eps=ENERGY_EPS), masks, reduction, annotated)
 
 
 def l1_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",

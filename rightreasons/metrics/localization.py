@@ -30,17 +30,19 @@ DEFAULT_IOU_CANDIDATES: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in ra
 
 
 ENERGY_EPS = 1e-7
-"""Below this total positive energy a map counts as holding no evidence (see :func:`energy_ratio`)."""
+"""The Energy loss's floor of positive evidence: below it a map counts as holding none (:func:`energy_ratio`)."""
 
 
-def energy_ratio(attributions: Tensor, inside: Tensor, within: Tensor | None = None) -> Tensor:
+def energy_ratio(attributions: Tensor, inside: Tensor, within: Tensor | None = None, eps: float = 0.0) -> Tensor:
     """The share of positive evidence inside a region, per row ``[N]``: ``Σ inside·within·A⁺ / Σ within·A⁺``
     (``within`` = everywhere when ``None``).
 
-    Degenerate case: when the denominator is below :data:`ENERGY_EPS` — no, or almost no, positive evidence — the
-    ratio is replaced by its numerator ``Σ inside·within·A⁺`` (at most that tiny denominator, so about 0: a map
-    without positive evidence has localised nothing). This is the rule of the Model-Guidance release's Energy loss;
-    it keeps the value and its gradients finite, and in the float sense equals 0 wherever the ratio is undefined.
+    Degenerate case: a map whose positive evidence ``Σ within·A⁺`` is 0 — or below ``eps`` — holds none, and its
+    ratio is replaced by its numerator ``Σ inside·within·A⁺`` (0, or below ``eps``): a map without positive evidence
+    has localised nothing. The metrics keep ``eps = 0``, so that a score does not depend on the map's overall scale
+    (a freshly B-cosified model's contributions of 1e-9 score as the same maps ×10⁶ do). The Energy loss passes
+    :data:`ENERGY_EPS`, the Model-Guidance release's rule: where ``Σ A⁺`` is tiny the ratio's gradient grows as
+    ``1 / Σ A⁺``, the numerator's stays ``inside``. Either way the value and its gradients are finite.
 
     ``inside`` and ``within`` are bool (or 0/1) ``[N, H, W]``; the result keeps the autograd graph of
     ``attributions`` (the Energy loss back-propagates through it).
@@ -50,12 +52,12 @@ def energy_ratio(attributions: Tensor, inside: Tensor, within: Tensor | None = N
         positive = positive * within
     total = positive.flatten(1).sum(1)
     captured = (positive * inside).flatten(1).sum(1)
-    return captured / torch.where(total < ENERGY_EPS, torch.ones_like(total), total)
+    return captured / torch.where(total <= eps, torch.ones_like(total), total)
 
 
 def epg(attributions: Tensor, masks: Tensor) -> Tensor:
-    """Energy pointing game ``EPG = Σ M·A⁺ / Σ A⁺`` per pair ``[N]``, in ``[0, 1]`` (:func:`energy_ratio`; about 0
-    for a map without positive evidence).
+    """Energy pointing game ``EPG = Σ M·A⁺ / Σ A⁺`` per pair ``[N]``, in ``[0, 1]`` and independent of the map's
+    scale (:func:`energy_ratio`; 0 for a map without positive evidence).
 
     Args:
         attributions: ``[N, H, W]`` attribution maps (any sign).
@@ -135,7 +137,7 @@ def select_iou_threshold(attributions: Tensor, masks: Tensor,
 
 def on_object_ratio(attributions: Tensor, object_masks: Tensor, box_masks: Tensor) -> Tensor:
     """On-object EPG per pair ``[N]``: positive energy inside the segmentation mask *and* the box over the positive
-    energy inside the box (thesis app. D.2.4); about 0 when the box holds no positive energy (:func:`energy_ratio`).
+    energy inside the box (thesis app. D.2.4); 0 when the box holds no positive energy (:func:`energy_ratio`).
 
     Unlike EPG it ignores attributions outside the box and asks how much of the in-box evidence lies on the object.
     """
