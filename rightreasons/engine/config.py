@@ -132,9 +132,15 @@ class EvalConfig:
     metric validation reports, e.g. `worst_group_accuracy` (the usual choice on Waterbirds-like data, whose
     validation split is group-balanced) or `epg`."""
 
+    patience: int | None = None
+    """Early stopping: end the run after this many validations in a row without a new best `select` (`optim.epochs`
+    and `max_steps` are then a maximum; with `checkpoint.export: best` the best checkpoint is exported); null: train
+    the whole schedule."""
+
     def __post_init__(self) -> None:
         expect(bool(self.select.strip()), "select", self.select, "a validation metric name (e.g. score)")
         expect(self.every_epochs >= 1, "every_epochs", self.every_epochs, "an integer >= 1")
+        expect(self.patience is None or self.patience >= 1, "patience", self.patience, "an integer >= 1 or null")
 
 
 @dataclass

@@ -789,7 +789,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def _finished(self) -> bool:
-        return self.position.epoch >= self.config.optim.epochs or self.position.step >= self.total_steps
+        return self.position.epoch >= self.config.optim.epochs or self.position.step >= self.total_steps \
+            or self._stopped_early()
+
+    def _stopped_early(self) -> bool:
+        """Whether the last ``eval.patience`` validations brought no new best (decided from the validation history,
+        which checkpoints keep, so a resumed run stops where the uninterrupted one does)."""
+        patience = self.config.eval.patience
+        if patience is None or not self.best:
+            return False
+        return sum(record["step"] > self.best["step"] for record in self.history) >= patience
 
     def _preemption_requested(self, received: list[str]) -> bool:
         """Whether any process received a pre-emption signal (all processes agree, so all stop together); decided
@@ -895,6 +904,7 @@ class Trainer:
         summary = {"task": self.task.name, "steps": self.position.step, "epochs": self.position.epoch_number,
                    "seconds": round(seconds, 2),
                    "best": self.best, "pareto_front": self.pareto.front, "history": self.history,
+                   "stopped_early": self._stopped_early() and self.position.step < self.total_steps,
                    "config": to_dict(self.config), "provenance": provenance()}
         if self.config.checkpoint.export == "best" and self.best and self.best["step"] != self.position.step:
             best = self.checkpoints.root / self.checkpoints.name_for(self.best["step"])

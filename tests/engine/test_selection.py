@@ -67,3 +67,47 @@ def test_an_unknown_selection_metric_names_the_metrics_there_are(tmp_path):
         run(config)
     with pytest.raises(ConfigError, match="checkpoint.export"):
         _config(tmp_path / "other", checkpoint={"export": "first"})
+
+
+def _stop(values: list[float], patience: int) -> int:
+    """How many validations a run with early stopping makes, by the rule written out: it stops after the first
+    validation that is the ``patience``-th in a row without a new (strict) best."""
+    best, since = float("-inf"), 0
+    for i, value in enumerate(values, 1):
+        best, since = (value, 0) if value > best else (best, since + 1)
+        if since >= patience:
+            return i
+    return len(values)
+
+
+LONG = {"optim": {"epochs": 6}}
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory) -> dict:
+    """The summary of the selection run trained for 6 epochs without early stopping."""
+    out = tmp_path_factory.mktemp("long") / "run"
+    run(_config(out, **LONG))
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("patience", [1, 2])
+def test_early_stopping_ends_the_run_where_the_rule_says_and_exports_the_best(long_run, tmp_path, patience):
+    """The same run with ``eval.patience``: its validations are the first ones of the full run, up to where the rule
+    stops it, and the best of those is exported."""
+    values = [record["worst_group_accuracy"] for record in long_run["history"]]
+    expected = _stop(values, patience)
+    assert _stop(values, 1) < len(values)  # this run does stop early
+    out = tmp_path / "run"
+    run(_config(out, eval={"patience": patience}, **LONG))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["history"] == long_run["history"][:expected]
+    assert summary["stopped_early"] == (expected < len(values))
+    assert summary["steps"] == long_run["history"][expected - 1]["step"]
+    kept = values[:expected]
+    assert summary["exported_step"] == long_run["history"][kept.index(max(kept))]["step"]
+
+
+def test_patience_must_be_a_positive_integer(tmp_path):
+    with pytest.raises(ConfigError, match="patience"):
+        _config(tmp_path, eval={"patience": 0})
