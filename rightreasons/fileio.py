@@ -349,10 +349,28 @@ def _temporary(path: Path) -> Iterator[Path]:
         os.close(fd)  # releases the flock
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (``/proc/self/status``; elsewhere set and restored at once)."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        return int(re.search(r"^Umask:\s*([0-7]+)$", status, re.MULTILINE).group(1), 8)
+    except (OSError, AttributeError, ValueError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return umask
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Give the written ``tmp`` the permissions a new file gets under the umask (``0o666 & ~umask``: a writer such
+    as safetensors may have replaced it with a private file) and rename it over ``path``."""
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
     """Create or replace ``path`` atomically: ``write(tmp)`` fills a temporary file beside it (:func:`_temporary`),
-    which is then fsync'ed and renamed over ``path``; the directory is fsync'ed last. The parent directory is created
-    when missing; a symbolic link at ``path`` is refused (:func:`refuse_link`). When ``write`` raises, ``path`` is
+    which is then fsync'ed, given the permissions of a new file under the umask and renamed over ``path``; the
+    directory is fsync'ed last. The parent directory is created when missing; a symbolic link at ``path`` is refused (:func:`refuse_link`). When ``write`` raises, ``path`` is
     untouched and the temporary file is removed; one left by a killed writer is removed by the next write of ``path``.
     """
     path = Path(path)
@@ -360,7 +378,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
         write(tmp)
         fsync_path(tmp)
         boundary(f"atomic-write {_label(path)}: written, not renamed")
-        os.replace(tmp, path)
+        _publish(tmp, path)
     fsync_path(path.parent)
     boundary(f"atomic-write {_label(path)}: renamed")
     return path
@@ -382,7 +400,7 @@ def atomic_write_all(writes: Sequence[tuple[str | os.PathLike, Callable[[Path], 
             fsync_path(staged[-1][0])
             boundary(f"atomic-write {_label(path)}: staged")
         for tmp, path in staged:
-            os.replace(tmp, path)
+            _publish(tmp, path)
             fsync_path(path.parent)
             boundary(f"atomic-write {_label(path)}: renamed")
 

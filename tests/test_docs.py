@@ -1,4 +1,5 @@
-"""Every Python block of the README and of ``docs/`` runs as written (each block on its own, in a fresh directory)."""
+"""Every Python block of the README and of ``docs/`` (its subfolders too) runs as written (each block on its own, in a
+fresh directory); the README's short versions (its commands, its results table) are those of the docs pages."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rightreasons.engine import task as task_registry
 from rightreasons.models import registry
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -29,7 +30,11 @@ BLOCKS = _blocks()
 
 
 def test_the_documents_hold_python_blocks():
-    assert sum(1 for name, _, _ in BLOCKS if name == "README.md") >= 4
+    assert sum(1 for name, _, _ in BLOCKS if name == "README.md") >= 1
+    # the README's examples moved to the user guide: B-cos networks (explain, explanation mode, B-cosification),
+    # model guidance and e²KD
+    for page, count in (("docs/guide/bcos.md", 3), ("docs/guide/guidance.md", 1), ("docs/guide/distillation.md", 1)):
+        assert sum(1 for name, _, _ in BLOCKS if name == page) >= count, page
 
 
 @pytest.mark.parametrize("name, index, code", BLOCKS, ids=[f"{n}#{i}" for n, i, _ in BLOCKS])
@@ -69,3 +74,36 @@ def test_nothing_cites_notes_outside_the_repository():
                *ROOT.glob("scripts/*.py")]
     outside = "SCIENCE" + ".md"  # spelt in two parts so that this file does not cite it either
     assert not [str(s) for s in sources if s.is_file() and outside in s.read_text(encoding="utf-8")]
+
+
+def _table(text: str, header: str) -> dict[str, dict[str, str]]:
+    """The markdown table whose header row starts with ``header``: {first cell: {column: cell}}."""
+    lines = text[text.index(header):].splitlines()
+    columns = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(columns, cells))
+    return rows
+
+
+def test_the_readme_results_table_is_the_demo_study_s():
+    """The README's headline table is a column subset of the demo page's table, row for row and number for number."""
+    readme = _table((ROOT / "README.md").read_text(encoding="utf-8"), "| model | overall acc. |")
+    demo = _table((ROOT / "docs" / "studies" / "demo.md").read_text(encoding="utf-8"), "| model | overall acc. |")
+    assert len(readme) >= 6 and set(readme) == set(demo)
+    for model, row in readme.items():
+        assert {column: demo[model][column] for column in row} == row, model
+
+
+def test_the_readme_commands_are_the_quickstarts():
+    """Every ``rightreasons`` command of the README's bash blocks is written the same on the quickstarts page, which
+    tests/quickstarts runs."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "quickstarts.md").read_text(encoding="utf-8")
+    lines = [line for block in re.findall(r"^```bash\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
+             for line in block.splitlines() if line.startswith("rightreasons ")]
+    assert len(lines) >= 5
+    assert [line for line in lines if line not in page.splitlines()] == []

@@ -1,6 +1,7 @@
 """The documentation site builds with mkdocs in strict mode (every warning fails), what `make docs` runs; its API
 pages are generated from the docstrings and show no reStructuredText markup, and every part of the package has one;
-the quickstarts are the README's, included."""
+the install section is the README's, included; the studies and benchmarks moved out of the README are pages of the
+site, and every committed figure is shown on one."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def test_every_package_and_foundation_module_has_an_api_page():
     nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
     assert [f"api/{page.name}" for page in pages if f"api/{page.name}" not in nav] == []
     assert {"config.md", "quickstarts.md"} <= set(nav)
+    assert {"studies/demo.md", "studies/guidance.md", "robustness.md", "studies/bcosification.md", "studies/e2kd.md",
+            "benchmarks.md", "performance.md"} <= set(nav)
+    assert sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")
+                  if str(p.relative_to(ROOT / "docs")) not in nav) == []  # no page left out of the navigation
 
 
 def test_the_site_builds_strictly_with_api_pages_from_the_docstrings(tmp_path):
@@ -60,9 +65,25 @@ def test_the_site_builds_strictly_with_api_pages_from_the_docstrings(tmp_path):
     assert "rightreasons.guidance.config.GuidanceConfig" in guidance and "annotated_per_batch" in guidance
     assert "bfloat16" in (site / "config" / "index.html").read_text(encoding="utf-8")
     quickstarts = (site / "quickstarts" / "index.html").read_text(encoding="utf-8")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for heading in ("PASCAL VOC 2007", "MS COCO 2014", "Waterbirds-100",  # the README's sections, included
+    page = (ROOT / "docs" / "quickstarts.md").read_text(encoding="utf-8")
+    for heading in ("PASCAL VOC 2007", "MS COCO 2014", "Waterbirds-100",  # the sections tests/quickstarts walks
                     "Distillation: the guided run into a B-cos ResNet-18"):
-        assert f"### {heading}" in readme and f">{heading}<" in quickstarts.replace('<a class="headerlink"', "<")
+        assert f"### {heading}" in page and f">{heading}<" in quickstarts.replace('<a class="headerlink"', "<")
     assert "--8&lt;--" not in quickstarts and "VOCdevkit" in quickstarts
+    assert "make test" in quickstarts and "constraints.txt" in quickstarts  # the README's install section, included
     assert "configs/distill/waterbirds100.yaml" in quickstarts  # the distillation of the guided runs
+    shown = {Path(src).name for html in pages
+             for src in re.findall(r'<img [^>]*src="([^"]+)"', html.read_text(encoding="utf-8"))}
+    figures = {figure.name for figure in (ROOT / "docs" / "figures").glob("*.png")}
+    assert figures and figures <= shown, sorted(figures - shown)  # every committed figure is on a page
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert '<img alt="' in home  # a picture on the home page
+    for study in ("studies/guidance", "studies/bcosification"):
+        assert '<img alt="' in (site / study / "index.html").read_text(encoding="utf-8"), study
+    science = (site / "science" / "index.html").read_text(encoding="utf-8")
+    assert science.count('class="arithmatex"') >= 20  # formulas, typeset by MathJax, not code font
+    assert (site / "javascripts" / "mathjax" / "tex-svg.js").stat().st_size > 1_000_000
+    loads = re.compile(r'<(?:script|link)[^>]*(?:src|href)="(https?://[^"]+)"')
+    remote = sorted({f"{page.relative_to(site)}: {url}" for page in pages
+                     for url in loads.findall(page.read_text(encoding="utf-8"))})
+    assert remote == []  # no script, style sheet or font from a CDN: the site works offline

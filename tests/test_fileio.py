@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import csv
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,20 @@ def test_files_written_together_are_replaced_only_once_all_are_written(tmp_path)
     fileio.atomic_write_all([(model, lambda p: p.write_text("new model")), (summary, lambda p: p.write_text("new"))])
     assert (model.read_text(), summary.read_text()) == ("new model", "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors", "summary.json"]
+
+
+def test_written_files_get_the_permissions_of_the_umask_even_when_the_writer_made_them_private(tmp_path):
+    """safetensors creates its files with mode 0600; a colleague on a shared file system must read them (issue 35)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from rightreasons.fileio import atomic_write, atomic_write_all
+
+    previous = os.umask(0o027)
+    try:
+        atomic_write(tmp_path / "a.safetensors", lambda tmp: save_file({"x": torch.zeros(1)}, str(tmp)))
+        atomic_write_all([(tmp_path / "b.txt", lambda tmp: tmp.write_text("b"))])
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "a.safetensors").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "b.txt").stat().st_mode & 0o777 == 0o640

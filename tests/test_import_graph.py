@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 #: import each other. Robustness sits above guidance: its study sets box guidance beside the group-robustness methods.
 LAYERS: dict[str, float] = {
     "errors": -1, "version": -1, "faults": -1, "console": -1, "choices": -1,
-    "fileio": 0, "encoding": 0, "boxes": 0, "config": 0, "measure": 0, "plotting": 0.5,
+    "fileio": 0, "model_layout": 0, "encoding": 0, "boxes": 0, "config": 0, "measure": 0, "plotting": 0.5,
     "bcos": 1,
     "models.registry": 1.5,
     "models": 2,
@@ -193,7 +193,8 @@ def test_the_layer_kit_imports_nothing_above_it():
 
 #: the machinery of the zoo, above the model files: building, weight files, facts about a model, timm
 MACHINERY = {f"rightreasons.models.{name}"
-             for name in ("factory", "weights", "capabilities", "checkpointing", "timm_bridge")}
+             for name in ("factory", "weights", "capabilities", "checkpointing", "timm_bridge", "hub", "model_card",
+                          "preprocessing")}
 #: what a model file registers itself with: its names and its released weights
 REGISTRATION = {"rightreasons.models.registry", "rightreasons.models.pretrained"}
 

@@ -13,6 +13,7 @@ from ..data import AnnotatedDataset, load_dataset
 from ..engine.artifacts import RunArtifact, locate_artifact
 from ..metrics.evaluation import score_model
 from ..models import capabilities, create_model, load_model, model_file, resolve_architecture
+from ..models.preprocessing import recorded_input
 from ..models.weights import logit_arguments
 from .config import ClassificationConfig
 
@@ -46,20 +47,23 @@ def trained_model(config: ClassificationConfig, artifact: RunArtifact, dataset: 
 
 
 def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split: str,
-                     device: torch.device | str = "cpu") -> dict[str, Any]:
+                     device: torch.device | str = "cpu", image_size: int | None = None) -> dict[str, Any]:
     """Every metric of a trained model on ``split`` of the config's dataset.
 
     ``checkpoint`` is any artefact of a run (:func:`~rightreasons.engine.artifacts.locate_artifact`): its directory,
-    its model file or one of its checkpoint directories. Data, resolution and the localisation method
-    (:meth:`~rightreasons.classification.config.ClassificationConfig.localization`) come from ``config``; the scoring
-    is :func:`rightreasons.metrics.evaluation.score_model`.
+    its model file, one of its checkpoint directories or a model directory. Data and the localisation method
+    (:meth:`~rightreasons.classification.config.ClassificationConfig.localization`) come from ``config``; the
+    resolution is ``image_size``, else the one the model file records (:mod:`rightreasons.models.preprocessing`),
+    else ``config.data.image_size``; the scoring is :func:`rightreasons.metrics.evaluation.score_model`.
     """
     artifact = locate_artifact(checkpoint)
     data = config.data
     dataset = load_dataset(data.name, data.root, split, **data.options)
     model = trained_model(config, artifact, dataset)
     method, layer = config.localization(capabilities(model).bcos)
-    results = score_model(model, dataset, image_size=data.image_size, method=method, layer=layer,
+    recorded = recorded_input(model)
+    size = image_size or (recorded.size if recorded else data.image_size)
+    results = score_model(model, dataset, image_size=size, method=method, layer=layer,
                           iou_threshold=config.eval.iou_threshold, batch_size=data.eval_batch_size, device=device,
                           source=str(checkpoint))
-    return {"checkpoint": str(checkpoint), "split": split, **results}
+    return {"checkpoint": str(checkpoint), "split": split, "image_size": size, **results}

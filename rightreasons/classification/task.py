@@ -31,6 +31,7 @@ from ..errors import ConfigError, UsageError
 from ..metrics.evaluation import Evaluator, classifier_evaluators, has_boxes, is_multilabel
 from ..models import capabilities, create_model, model_file, resolve_architecture, save_model
 from ..models.checkpointing import checkpoint_stages
+from ..models.preprocessing import InputConfig
 from .config import ClassificationConfig
 from .hooks import BRampHook, ExplanationImages
 from .loss import classification_loss, resolve_classification_loss
@@ -114,6 +115,11 @@ class ClassificationTask(Task):
     def input_encoding(self, model: nn.Module) -> str:
         return capabilities(model).encoding
 
+    def input_config(self, encoding: str) -> InputConfig:
+        """The input of a model trained here, which its model file records (:mod:`rightreasons.models.preprocessing`):
+        the view of :meth:`eval_transform`, the whole image at ``data.image_size``."""
+        return InputConfig(encoding, self.config.data.image_size, crop_pct=1.0)
+
     def default_agc(self, model: nn.Module) -> float | None:
         """0.01 for B-cos models (the B-cos recipe), off otherwise."""
         return 0.01 if capabilities(model).bcos else None
@@ -147,8 +153,10 @@ class ClassificationTask(Task):
                                      batch_size=self.config.data.eval_batch_size)
 
     def save_model(self, model: nn.Module, path: Any, metadata: dict[str, str]) -> None:
-        """Our model file (:func:`rightreasons.save_model`), with the class names of the validation data."""
-        save_model(model, path, metadata=metadata, classes=getattr(self.val_set, "classes", None))
+        """Our model file (:func:`rightreasons.save_model`), with the class names of the validation data and the
+        input it was validated on (:meth:`input_config`)."""
+        save_model(model, path, metadata=metadata, classes=getattr(self.val_set, "classes", None),
+                   input_config=self.input_config(self.input_encoding(model)))
 
 
 register_task("train", ClassificationTask)

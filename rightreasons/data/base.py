@@ -23,8 +23,7 @@ from torch.utils.data import Dataset
 
 from .annotations import select_annotated
 from ..boxes import dilate_boxes
-from ..errors import UsageError
-from .box_policy import BOX_POLICIES, check_boxes
+from .box_policy import check_boxes, require_box_policy
 from .errors import DataError, where
 from .io import MAX_PIXELS, inside_root, read_image, read_mask
 from .options import require_int, require_number
@@ -93,7 +92,8 @@ class AnnotatedDataset(Dataset):
 
     * ``transform``: a callable on the sample dict (e.g. :func:`rightreasons.data.train_transform`).
     * ``annotated_fraction`` / ``annotation_seed``: keep boxes on exactly that fraction of the images, chosen by the
-      seed (limited annotations, docs/science.md, model guidance); the others get ``has_boxes=False`` and no boxes.
+      seed (limited annotations, docs/science.md, model guidance); the others, and images without a positive label
+      (nothing to localise), get ``has_boxes=False`` and no boxes.
     * ``box_dilation``: coarse boxes — every side moves out by this fraction of the box size, clipped to the image.
     * ``box_policy``: ``"error"``, ``"clip"`` or ``"drop"`` for invalid boxes (see :data:`BOX_POLICIES`).
     * ``max_pixels``: images with more pixels are refused before decoding (:data:`~rightreasons.data.io.MAX_PIXELS`);
@@ -107,9 +107,7 @@ class AnnotatedDataset(Dataset):
                  annotated_fraction: float = 1.0, annotation_seed: int = 0, box_dilation: float = 0.0,
                  box_policy: str = "clip", max_pixels: int | None = MAX_PIXELS,
                  group_names: Sequence[str] | None = None) -> None:
-        if box_policy not in BOX_POLICIES:
-            raise UsageError(f"dataset option 'box_policy' must be one of {', '.join(BOX_POLICIES)}, got "
-                             f"{box_policy!r}")
+        require_box_policy(box_policy)
         require_number("box_dilation", box_dilation, 0.0)
         if max_pixels is not None:
             require_int("max_pixels", max_pixels, 1)
@@ -227,7 +225,9 @@ class AnnotatedDataset(Dataset):
         boxes, box_labels = check_boxes(boxes, box_labels, (h, w), self.box_policy,
                                         where(self.source(index), record))
         boxes, box_labels = self.guidance_boxes(index, boxes, box_labels, (h, w))
-        if not self.annotated[index]:
+        # an image without a positive label (a negative of one's own data) has nothing to localise
+        has_boxes = bool(self.annotated[index]) and bool(self.records.labels[index].any())
+        if not has_boxes:
             boxes, box_labels = boxes[:0], box_labels[:0]
         boxes = torch.from_numpy(np.ascontiguousarray(boxes, dtype=np.float32))
         if self.box_dilation:
@@ -239,7 +239,7 @@ class AnnotatedDataset(Dataset):
         group = None if self.records.groups is None else int(self.records.groups[index])
         return make_sample(image, torch.from_numpy(self.records.labels[index].astype(np.float32)), boxes,
                            torch.from_numpy(np.asarray(box_labels, dtype=np.int64)),
-                           has_boxes=bool(self.annotated[index]), id=str(self.records.ids[index]), mask=mask,
+                           has_boxes=has_boxes, id=str(self.records.ids[index]), mask=mask,
                            group=group, keep_uint8=keep_uint8)
 
     def load_checked(self, index: int, *, keep_uint8: bool = False) -> dict[str, Any]:

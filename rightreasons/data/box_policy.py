@@ -11,15 +11,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, UsageError
 from .errors import BoxWarning
 
-__all__ = ["BOX_POLICIES", "check_boxes"]
+__all__ = ["BOX_POLICIES", "check_boxes", "require_box_policy"]
 
 #: ``error``: any invalid box is a :class:`DataError`; ``clip``: boxes reaching outside the image are clipped with a
 #: :class:`BoxWarning`, degenerate boxes (x2 <= x1 or y2 <= y1) are errors; ``drop``: like ``clip``, and degenerate
 #: boxes are dropped with a warning (real COCO holds a few of them).
 BOX_POLICIES = ("error", "clip", "drop")
+
+
+def require_box_policy(policy: object) -> None:
+    """Refuse a dataset option ``box_policy`` that is not one of :data:`BOX_POLICIES` (a :class:`UsageError`)."""
+    if policy not in BOX_POLICIES:
+        raise UsageError(f"dataset option 'box_policy' must be one of {', '.join(BOX_POLICIES)}, got {policy!r}")
 
 
 def check_boxes(boxes: np.ndarray, labels: np.ndarray, canvas_size: tuple[int, int] | None, policy: str,

@@ -33,9 +33,11 @@ import io
 import json
 import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
 from .annotations import random_subset
@@ -46,7 +48,8 @@ from .errors import DataError
 from .io import read_text, relative_path, require_dir, require_file
 from .options import require_int
 
-__all__ = ["COCO2014", "COCO_SPLITS", "CROWD_POLICIES", "HOLDOUT_SPLIT", "holdout_count", "load_coco"]
+__all__ = ["COCO2014", "COCO_SPLITS", "CROWD_POLICIES", "CocoIndex", "HOLDOUT_SPLIT", "VOID", "check_holdout",
+           "holdout_count", "index_coco", "load_coco", "rle_counts"]
 
 CROWD_POLICIES = ("label", "ignore", "box")
 COCO_SPLITS = ("train", "val")
@@ -55,7 +58,7 @@ HOLDOUT_SPLIT = "holdout"
 """The held-out part of train2014 (option ``holdout``): the validation split when val2014 is the test split."""
 
 
-def _check_holdout(holdout: object) -> None:
+def check_holdout(holdout: object) -> None:
     fraction = isinstance(holdout, float) and 0 < holdout < 1
     if not (fraction or isinstance(holdout, int) and not isinstance(holdout, bool) and holdout >= 0):
         raise UsageError(f"dataset option 'holdout' must be a number of images (an integer >= 0) or a fraction of "
@@ -66,7 +69,7 @@ def holdout_count(n: int, holdout: int | float) -> int:
     """How many of ``n`` images ``holdout`` holds out: ``holdout`` itself (an integer; 0: none), or the fraction
     ``holdout`` in (0, 1) of them, rounded half up and at least one. Never all of them (nothing would be left to
     train on)."""
-    _check_holdout(holdout)
+    check_holdout(holdout)
     count = max(1, math.floor(holdout * n + 0.5)) if isinstance(holdout, float) else holdout
     if count and count >= n:
         raise UsageError(f"dataset option 'holdout' = {holdout!r} holds out {count} of the {n} images of the "
@@ -148,6 +151,147 @@ def _dimension(record: dict, key: str, path: Path, what: str) -> int:
     return int(number)
 
 
+VOID = 255
+"""The mask value of a crowd region under ``crowd="label"`` (VOC's void / ignore)."""
+
+
+@dataclass
+class CocoIndex:
+    """The images of a COCO file that a split keeps, in increasing image id: ``ids``, ``files`` (relative to the
+    image folder), ``labels[i] [K]`` bool, ``boxes[i] [B_i, 4]`` XYXY pixels with ``box_labels[i] [B_i]``, ``sizes[i]``
+    ``(H, W)`` and ``segments[i]``, the ``(value, compressed RLE)`` of each of its masks in file order (value ``k + 1``
+    for class k, :data:`VOID` for a crowd region under ``crowd="label"``; empty unless indexed with ``masks``)."""
+
+    classes: list[str]
+    ids: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    labels: list[np.ndarray] = field(default_factory=list)
+    boxes: list[np.ndarray] = field(default_factory=list)
+    box_labels: list[np.ndarray] = field(default_factory=list)
+    sizes: list[tuple[int, int]] = field(default_factory=list)
+    segments: list[list[tuple[int, dict]]] = field(default_factory=list)
+
+    def held_out(self, holdout: int | float, seed: int, held: bool) -> CocoIndex:
+        """The images ``holdout`` holds out with ``seed`` (``held``) or the others (:func:`holdout_count`)."""
+        chosen = random_subset(len(self.ids), holdout_count(len(self.ids), holdout), seed)
+        kept = [k for k in range(len(self.ids)) if chosen[k] == held]
+        return CocoIndex(self.classes, *([column[k] for k in kept] for column in (
+            self.ids, self.files, self.labels, self.boxes, self.box_labels, self.sizes, self.segments)))
+
+    def records(self) -> Records:
+        return Records.build(self.ids, self.files, np.array(self.labels, bool).reshape(-1, len(self.classes)),
+                             self.boxes, self.box_labels, sizes=self.sizes)
+
+
+def index_coco(coco: COCO, ann_path: Path, cat_ids: list[int], crowd: str, include_unannotated: bool,
+               box_policy: str, masks: bool = False) -> CocoIndex:
+    """Index the images of ``coco`` (read from ``ann_path`` by :func:`load_coco`) with classes ``cat_ids`` (category
+    ids in class order): labels, boxes under ``crowd`` and ``box_policy``, and with ``masks`` the segmentations."""
+    contiguous = {cid: i for i, cid in enumerate(cat_ids)}
+    classes = [str(_field(coco.cats[c], "name", ann_path, f"category {c}")) for c in cat_ids]
+    repeated = sorted({name for name in classes if classes.count(name) > 1})
+    if repeated:
+        raise DataError(f"{ann_path}: categories: the name(s) {', '.join(map(repr, repeated))} are used by more than "
+                        "one category id; expected one id per class name")
+    if masks and len(classes) >= VOID:
+        raise DataError(f"{ann_path}: {len(classes)} categories; masks hold at most {VOID - 1} classes")
+    index = CocoIndex(classes)
+    for img_id in sorted(coco.getImgIds()):
+        img = coco.imgs[img_id]
+        what = f"image {img_id}"
+        file_name = relative_path(_field(img, "file_name", ann_path, what), f"{ann_path}: {what}")
+        canvas = (_dimension(img, "height", ann_path, what), _dimension(img, "width", ann_path, what))
+        label = np.zeros(len(cat_ids), dtype=bool)
+        b, bl, names, segments = [], [], [], []
+        for ann in coco.imgToAnns.get(img_id, []):
+            ann_what = f"annotation {ann.get('id')} of image {img_id}"
+            cat = ann["category_id"]  # an id of a category: load_coco checked
+            if ann.get("iscrowd", 0) not in (0, 1):
+                raise DataError(f"{ann_path}: {ann_what}: iscrowd is {ann['iscrowd']!r}, expected 0 or 1")
+            is_crowd = bool(ann.get("iscrowd", 0))
+            if is_crowd and crowd == "ignore":
+                continue
+            label[contiguous[cat]] = True
+            rle = _segment_rle(ann.get("segmentation", []), canvas, f"{ann_path}: {ann_what}") if masks else None
+            if rle is not None:
+                segments.append((VOID if is_crowd and crowd == "label" else contiguous[cat] + 1, rle))
+            if is_crowd and crowd == "label":
+                continue
+            bbox = _field(ann, "bbox", ann_path, ann_what)
+            numbers = [_as_float(v) for v in bbox] if isinstance(bbox, list) else []
+            if len(numbers) != 4 or None in numbers:
+                raise DataError(f"{ann_path}: {ann_what}: bbox {bbox!r} is not [x, y, w, h] (four numbers)")
+            x, y, w, h = numbers
+            b.append([x, y, x + w, y + h])
+            bl.append(contiguous[cat])
+            names.append(ann_what)
+        if not label.any() and not include_unannotated:
+            continue
+        b_arr, bl_arr = check_boxes(np.array(b, np.float32).reshape(-1, 4), np.array(bl, np.int64), canvas,
+                                    box_policy, f"{ann_path}: {file_name}", names)
+        for column, value in ((index.ids, str(img_id)), (index.files, file_name), (index.labels, label),
+                              (index.boxes, b_arr), (index.box_labels, bl_arr), (index.sizes, canvas),
+                              (index.segments, segments)):
+            column.append(value)
+    return index
+
+
+def _segment_rle(segmentation: object, canvas: tuple[int, int], what: str) -> dict | None:
+    """An annotation's ``segmentation`` — polygons ``[[x1, y1, x2, y2, ...], ...]``, an uncompressed RLE
+    ``{"size": [H, W], "counts": [int, ...]}`` or a compressed one (``counts`` a string) — as one compressed RLE of
+    the image of ``canvas = (H, W)``; None for an empty list (how labelling tools write box-only annotations)."""
+    h, w = canvas
+    if isinstance(segmentation, list):
+        for j, polygon in enumerate(segmentation):
+            numbers = [_as_float(v) for v in polygon] if isinstance(polygon, list) else [None]
+            if None in numbers or len(numbers) < 6 or len(numbers) % 2:
+                raise DataError(f"{what}: segmentation polygon {j} is {str(polygon)[:80]}; expected at least 3 points "
+                                "as a flat list of numbers x1, y1, x2, y2, ...")
+        return mask_utils.merge(mask_utils.frPyObjects(segmentation, h, w)) if segmentation else None
+    if not isinstance(segmentation, dict):
+        raise DataError(f"{what}: segmentation is a {type(segmentation).__name__}; expected polygons (a list of "
+                        "lists of numbers) or an RLE (an object with 'size' and 'counts')")
+    size, counts = segmentation.get("size"), segmentation.get("counts")
+    if size != [h, w]:
+        raise DataError(f"{what}: segmentation RLE size {size!r} is not the image's [height, width] = [{h}, {w}]")
+    if isinstance(counts, str):
+        try:  # checked here: pycocotools would decode a corrupt string beyond the mask's end
+            runs = rle_counts(counts)
+        except ValueError as e:
+            raise DataError(f"{what}: corrupt compressed segmentation RLE: {e}") from e
+        if min(runs, default=0) < 0 or sum(runs) != h * w:
+            raise DataError(f"{what}: compressed segmentation RLE covers {sum(runs)} pixels; expected the image's "
+                            f"height × width = {h * w}")
+        return {"size": [h, w], "counts": counts.encode("ascii")}
+    if not isinstance(counts, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                               for c in counts) or sum(counts) != h * w:
+        raise DataError(f"{what}: segmentation RLE counts are not a string or non-negative integers summing to "
+                        f"height × width = {h * w}")
+    return mask_utils.frPyObjects(segmentation, h, w)
+
+
+def rle_counts(counts: str) -> list[int]:
+    """The run lengths of a compressed COCO RLE string (pycocotools' ``rleFrString``), read in Python so that a
+    corrupt string is refused before pycocotools decodes it; ValueError where the string ends inside a number."""
+    runs: list[int] = []
+    p = 0
+    while p < len(counts):
+        x, k, more = 0, 0, True
+        while more:
+            if p == len(counts):
+                raise ValueError("the string ends inside a run length")
+            c = ord(counts[p]) - 48
+            if not 0 <= c < 64:
+                raise ValueError(f"{counts[p]!r} is not a character of a compressed RLE ('0' to 'o')")
+            x |= (c & 0x1F) << 5 * k
+            more = bool(c & 0x20)
+            p, k = p + 1, k + 1
+            if not more and c & 0x10:
+                x |= -1 << 5 * k
+        runs.append(x + runs[-2] if len(runs) > 2 else x)
+    return runs
+
+
 class COCO2014(AnnotatedDataset):
     """MS COCO 2014 (80 classes). See the module docstring for ``crowd``, ``include_unannotated``, ``holdout`` and
     layouts."""
@@ -162,7 +306,7 @@ class COCO2014(AnnotatedDataset):
                              "and image_dir=)")
         if crowd not in CROWD_POLICIES:
             raise ValueError(f"unknown crowd policy {crowd!r}; expected one of {', '.join(CROWD_POLICIES)}")
-        _check_holdout(holdout)  # before the (large) annotation file is read
+        check_holdout(holdout)  # before the (large) annotation file is read
         require_int("holdout_seed", holdout_seed, 0)
         if split == HOLDOUT_SPLIT and not holdout:
             raise UsageError(f"COCO split {HOLDOUT_SPLIT!r} is the held-out part of train2014: set the dataset option "
@@ -174,55 +318,12 @@ class COCO2014(AnnotatedDataset):
         image_root = require_dir(image_dir or root / f"{part}2014", "COCO image")
         coco = load_coco(ann_path)
         cat_ids = sorted(coco.getCatIds())
-        contiguous = {cid: i for i, cid in enumerate(cat_ids)}
-        classes = [str(_field(coco.cats[c], "name", ann_path, f"category {c}")) for c in cat_ids]
-        ids, files, labels, boxes, box_labels, sizes = [], [], [], [], [], []
-        for img_id in sorted(coco.getImgIds()):
-            img = coco.imgs[img_id]
-            what = f"image {img_id}"
-            file_name = relative_path(_field(img, "file_name", ann_path, what), f"{ann_path}: {what}")
-            canvas = (_dimension(img, "height", ann_path, what), _dimension(img, "width", ann_path, what))
-            label = np.zeros(len(cat_ids), dtype=bool)
-            b, bl, names = [], [], []
-            for ann in coco.imgToAnns.get(img_id, []):
-                ann_what = f"annotation {ann.get('id')} of image {img_id}"
-                cat = ann["category_id"]  # an id of a category: load_coco checked
-                if ann.get("iscrowd", 0) not in (0, 1):
-                    raise DataError(f"{ann_path}: {ann_what}: iscrowd is {ann['iscrowd']!r}, expected 0 or 1")
-                is_crowd = bool(ann.get("iscrowd", 0))
-                if is_crowd and crowd == "ignore":
-                    continue
-                label[contiguous[cat]] = True
-                if is_crowd and crowd == "label":
-                    continue
-                bbox = _field(ann, "bbox", ann_path, ann_what)
-                numbers = [_as_float(v) for v in bbox] if isinstance(bbox, list) else []
-                if len(numbers) != 4 or None in numbers:
-                    raise DataError(f"{ann_path}: {ann_what}: bbox {bbox!r} is not [x, y, w, h] (four numbers)")
-                x, y, w, h = numbers
-                b.append([x, y, x + w, y + h])
-                bl.append(contiguous[cat])
-                names.append(ann_what)
-            if not label.any() and not include_unannotated:
-                continue
-            b_arr, bl_arr = check_boxes(np.array(b, np.float32).reshape(-1, 4), np.array(bl, np.int64), canvas,
-                                        box_policy, f"{ann_path}: {file_name}", names)
-            ids.append(str(img_id))
-            files.append(file_name)
-            labels.append(label)
-            boxes.append(b_arr)
-            box_labels.append(bl_arr)
-            sizes.append(canvas)
+        index = index_coco(coco, ann_path, cat_ids, crowd, include_unannotated, box_policy)
         del coco
         if holdout and split in ("train", HOLDOUT_SPLIT):
-            held = random_subset(len(ids), holdout_count(len(ids), holdout), holdout_seed)
-            kept = [k for k in range(len(ids)) if held[k] == (split == HOLDOUT_SPLIT)]
-            ids, files, labels, boxes, box_labels, sizes = ([column[k] for k in kept] for column in (
-                ids, files, labels, boxes, box_labels, sizes))
-        records = Records.build(ids, files, np.array(labels, bool).reshape(-1, len(cat_ids)), boxes, box_labels,
-                                sizes=sizes)
+            index = index.held_out(holdout, holdout_seed, split == HOLDOUT_SPLIT)
         self.annotation_path = ann_path
-        super().__init__(records, classes, name="coco2014", split=split, image_root=image_root,
+        super().__init__(index.records(), index.classes, name="coco2014", split=split, image_root=image_root,
                          box_policy=box_policy, **options)
 
     def annotation_file(self, index: int) -> str:

@@ -19,6 +19,8 @@ that keep what a dataset reads inside its root.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import warnings
 from pathlib import Path, PureWindowsPath
@@ -30,8 +32,8 @@ from torch import Tensor
 
 from .errors import DataError
 
-__all__ = ["DEEP_RANGES", "MAX_ASPECT_RATIO", "MAX_PIXELS", "inside_root", "open_image", "read_image", "read_mask",
-           "read_text", "relative_path", "require_dir", "require_file"]
+__all__ = ["DEEP_RANGES", "MAX_ASPECT_RATIO", "MAX_PIXELS", "csv_rows", "inside_root", "open_image", "read_image",
+           "read_mask", "read_text", "relative_path", "require_dir", "require_file"]
 
 MAX_PIXELS = 40_000_000
 """Default largest image (width × height) a dataset or command reads: 40 megapixels."""
@@ -70,6 +72,19 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         raise DataError(f"{path}: {what} is not UTF-8 text ({e})") from e
     except OSError as e:
         raise DataError(f"{path}: cannot read {what}: {e}") from e
+
+
+def csv_rows(path: str | os.PathLike, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) pairs of a CSV file with a header holding the ``required`` columns."""
+    reader = csv.DictReader(io.StringIO(read_text(path, "CSV file"), newline=""))
+    try:
+        columns = reader.fieldnames or []
+        missing = [c for c in required if c not in columns]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
+        return [(reader.line_num, row) for row in reader]
+    except csv.Error as e:
+        raise DataError(f"{path}: line {reader.line_num + 1}: malformed CSV: {e}") from e
 
 
 def relative_path(name: object, source: str) -> str:

@@ -10,7 +10,8 @@ A sample is a dict:
 * ``labels``: float ``[K]`` multi-hot class labels (binary tasks use K = 2 with one-hot labels).
 * ``boxes``: ``tv_tensors.BoundingBoxes`` ``[B, 4]`` in XYXY pixels of the image (empty when ``has_boxes`` is False).
 * ``box_labels``: long ``[B]`` class of every box.
-* ``has_boxes``: bool, False for images whose boxes are withheld (limited annotations); they still train the classifier.
+* ``has_boxes``: bool, False for images whose boxes are withheld (limited annotations) or that have no positive label;
+  they still train the classifier.
 * ``mask`` (optional): ``tv_tensors.Mask`` uint8 ``[H, W]`` segmentation: 0 background, ``k + 1`` for class k,
   255 void / ignore (VOC convention).
 * ``group`` (optional): int, the Waterbirds group (see :mod:`rightreasons.data.waterbirds`) or the context of

@@ -27,8 +27,6 @@ split, so that model selection does not see the test distribution; ``train_like_
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 from pathlib import Path
@@ -40,7 +38,7 @@ from ..boxes import complement_boxes
 from .box_policy import check_boxes
 from ..errors import UsageError
 from .errors import DataError
-from .io import read_text, relative_path, require_dir, require_file
+from .io import csv_rows, relative_path, require_dir, require_file
 
 __all__ = ["GROUP_NAMES", "WATERBIRDS_SPLITS", "WATERBIRDS_TASKS", "Waterbirds100", "read_box_file",
            "read_metadata"]
@@ -50,19 +48,6 @@ WATERBIRDS_TASKS = {"conventional": ("landbird", "waterbird"), "reversed": ("lan
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 WATERBIRDS_SPLITS = tuple(SPLIT_CODES)
 BOX_COLUMNS = ("img_filename", "x1", "y1", "x2", "y2")
-
-
-def _rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
-    """(line number, row) pairs of a CSV file with the ``required`` columns."""
-    reader = csv.DictReader(io.StringIO(read_text(path, "CSV file"), newline=""))
-    try:
-        columns = reader.fieldnames or []
-        missing = [c for c in required if c not in columns]
-        if missing:
-            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
-        return [(reader.line_num, row) for row in reader]
-    except csv.Error as e:
-        raise DataError(f"{path}: line {reader.line_num + 1}: malformed CSV: {e}") from e
 
 
 def _int(row: dict[str, str], key: str, allowed: tuple[int, ...], path: Path, line: int) -> int:
@@ -82,7 +67,7 @@ def _int(row: dict[str, str], key: str, allowed: tuple[int, ...], path: Path, li
 def read_metadata(path: Path) -> list[tuple[str, int, int, int]]:
     """``(img_filename, y, place, split)`` for every row of ``metadata.csv``."""
     out, seen = [], set()
-    for line, row in _rows(path, ("img_filename", "y", "place", "split")):
+    for line, row in csv_rows(path, ("img_filename", "y", "place", "split")):
         name = (row["img_filename"] or "").strip()
         if not name or name in seen:
             raise DataError(f"{path}: line {line}: {'empty' if not name else 'repeated'} img_filename {name!r}")
@@ -96,7 +81,7 @@ def read_metadata(path: Path) -> list[tuple[str, int, int, int]]:
 def read_box_file(path: Path) -> dict[str, np.ndarray]:
     """``img_filename → box [4]`` from a box file (format in the module docstring)."""
     boxes: dict[str, np.ndarray] = {}
-    for line, row in _rows(path, BOX_COLUMNS):
+    for line, row in csv_rows(path, BOX_COLUMNS):
         name = (row["img_filename"] or "").strip()
         try:
             box = np.array([float(row[c]) for c in BOX_COLUMNS[1:]], dtype=np.float32)

@@ -5,6 +5,8 @@ Wherever a trained model is expected, a user may name any of a run's artefacts:
 * the run directory (``runs/voc/guided``): its exported model file ``model.safetensors``, config from ``summary.json``;
 * the exported model file itself (``runs/voc/guided/model.safetensors``), config from the ``summary.json`` beside it
   (none for a bare model file written by :func:`rightreasons.save_model`);
+* a model directory (``rightreasons export``, :func:`rightreasons.models.hub.save_pretrained`; also as the Hub's cache
+  lays it out): its model file, config from the ``training`` entry of its ``config.json``;
 * one of its checkpoint directories (``runs/voc/guided/checkpoints/step-000120``, as the sweep's Pareto report names
   them), or the weights file inside one: checked against the checkpoint's manifest, config from its trainer state —
   so a checkpoint of a run that has not finished is accepted too.
@@ -24,6 +26,7 @@ from typing import Any
 
 from ..errors import CheckpointError, UsageError
 from ..fileio import LOCK_FILE, read_json_object
+from ..model_layout import CONFIG_FILE, model_directory
 from .checkpointing import MANIFEST, STATE_FILE, checkpoint_defect
 from .trackers import TENSORBOARD_FOLDER
 from .trainer import METRICS_FILE, SUMMARY
@@ -69,11 +72,21 @@ def _from_checkpoint(directory: Path) -> RunArtifact:
 def _from_model_file(path: Path) -> RunArtifact:
     summary = path.parent / SUMMARY
     if not summary.is_file():
-        return RunArtifact(path, None, None, None, True)
+        return _from_model_directory(path)
     record = read_json_object(summary, "training summary", CheckpointError)
     if not isinstance(record.get("config"), dict):
         raise CheckpointError(f"{summary}: not a training summary with a 'config' (a mapping)")
     return RunArtifact(path, record["config"], record.get("task"), summary, True)
+
+
+def _from_model_directory(path: Path) -> RunArtifact:
+    """A model file without a summary beside it: the training config of the model directory's ``config.json``
+    when it records one, else none (a bare model file)."""
+    config = path.parent / CONFIG_FILE
+    training = read_json_object(config, "model config", CheckpointError).get("training") if config.is_file() else None
+    if not isinstance(training, dict) or not isinstance(training.get("config"), dict):
+        return RunArtifact(path, None, None, None, True)
+    return RunArtifact(path, training["config"], training.get("task"), config, True)
 
 
 def locate_artifact(path: str | Path, what: str = "model") -> RunArtifact:
@@ -85,6 +98,7 @@ def locate_artifact(path: str | Path, what: str = "model") -> RunArtifact:
         return _from_checkpoint(path.parent) if _is_checkpoint(path.parent) else _from_model_file(path)
     if not path.is_dir():
         raise CheckpointError(f"{what} {path}: no such model file, run directory or checkpoint directory")
+    path = model_directory(path)
     if _is_checkpoint(path):
         return _from_checkpoint(path)
     if (path / WEIGHTS).is_file():

@@ -37,7 +37,8 @@ class DataConfig:
 
     name: str = "synthetic-birds"
     """The dataset (`rightreasons.data.DATASETS`: `voc2007`, `coco2014`, `waterbirds100`, `imagenet`,
-    `synthetic-birds`, ...)."""
+    `synthetic-birds`, `coco-json` and `folder` for data of one's own, ...), or a builder of one's own as
+    `package.module:builder` (docs/own-data.md)."""
     root: str | None = None
     """The dataset's directory (`rightreasons prepare` checks it); null only for the synthetic datasets, which are
     generated."""

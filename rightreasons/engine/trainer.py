@@ -40,7 +40,7 @@ uninterrupted one.
 Every step is checkpointed at most once: a step that ends an epoch, or the run, is saved after its validation, never
 before it.
 
-What a run never does (the README's *Reliability*; each rule kept in one place):
+What a run never does (docs/guide/reliability.md; each rule kept in one place):
 
 * **write or keep non-finite weights** — a step whose loss or gradients are not finite on any process is skipped
   on every process and counted (the count is part of the checkpoint, so it survives ``--resume``); the weights are

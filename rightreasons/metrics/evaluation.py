@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from ..data import collate, transforms_for
 from ..errors import NonFiniteError
 from ..models import load_model
+from ..models.preprocessing import recorded_input
 from .attribution_fn import attribution_fn
 from .classification import GroupAccuracy, MultiLabelClassification
 from .localization import EnergyPointingGame, IoU
@@ -275,14 +276,16 @@ def score_model(model: nn.Module | str | Path, dataset: Any, *, image_size: int,
                 batch_size: int = 64, device: torch.device | str = "cpu", source: str | None = None
                 ) -> dict[str, Any]:
     """Score a trained ``model`` (or a model file, :func:`rightreasons.load_model`) on ``dataset``: its samples get
-    the model's evaluation transform at ``image_size`` (full image, no crop); classification metrics, EPG and IoU of
+    the model's evaluation transform at ``image_size`` (full image, no crop, unless the model records another
+    ``crop_pct``: :mod:`rightreasons.models.preprocessing`); classification metrics, EPG and IoU of
     ``method`` at ``layer`` when ``method`` is set and ``dataset`` has boxes, and the metrics of the ``extra``
     evaluators (e.g. fidelity to a teacher), in one pass. The results also say which method scored localisation
     (``method``: ``None`` when none did), at which ``layer``, on how many ``images``. ``source`` names the model in
     errors (default: its file, when ``model`` is one)."""
     source = source or (str(model) if isinstance(model, (str, Path)) else "the evaluated model")
     model = (load_model(model) if isinstance(model, (str, Path)) else model).to(device)
-    dataset.transform = transforms_for(model, image_size, crop_fraction=1.0)
+    recorded = recorded_input(model)
+    dataset.transform = transforms_for(model, image_size, crop_fraction=recorded.crop_pct if recorded else 1.0)
     method = method if has_boxes(dataset) else None
     evaluators = [*classifier_evaluators(dataset, method, layer, iou_threshold=iou_threshold, batch_size=batch_size),
                   *extra]

@@ -18,10 +18,11 @@ from torch import nn
 
 from ..errors import CheckpointError, UsageError
 from .capabilities import capabilities
+from .preprocessing import restore_input_config
 from .pretrained import download_pretrained, get_pretrained
 from .registry import get_model_spec
-from .weights import (METADATA_KEY, fitted_state, load_weights, read_metadata, read_state_dict, restore_classes,
-                      restore_logit_layers)
+from .weights import (METADATA_KEY, fitted_state, load_weights, model_file, read_metadata, read_state_dict,
+                      restore_classes, restore_logit_layers)
 
 __all__ = ["create_model", "load_model", "recorded_architecture", "resolve_architecture"]
 
@@ -153,7 +154,11 @@ def _refuse(key: str, checkpoint: str | Path, file_name: str, file_kwargs: dict[
 
 def load_model(path: str | Path) -> nn.Module:
     """Rebuild a model saved by :func:`~rightreasons.models.weights.save_model` (architecture and arguments come from
-    the file) and load its weights, logit layers and class names (``model.classes``, when the file has them)."""
+    the file) and load its weights, logit layers, class names (``model.classes``) and input (``model.input_config``,
+    :mod:`.preprocessing`), the last two when the file has them. ``path`` may also be a model directory (an export
+    of :func:`~rightreasons.models.hub.save_pretrained`, a Hub snapshot; :func:`~rightreasons.models.model_file`)."""
+    if Path(path).is_dir():
+        path = model_file(path, "model")
     state, metadata = read_state_dict(path)
     recorded = _recorded(metadata, path)
     if recorded is None:
@@ -172,4 +177,5 @@ def load_model(path: str | Path) -> nn.Module:
     model.load_state_dict(fitted, strict=False)
     restore_logit_layers(model, metadata, str(path))
     restore_classes(model, metadata, str(path))
+    restore_input_config(model, metadata, str(path))
     return model

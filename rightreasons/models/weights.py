@@ -20,8 +20,11 @@ Model-Guidance checkpoints, for one, were trained with ``−log(999)`` on 20 or 
 ``−log(19)`` would shift every logit by +3.96 (explanations are unaffected: the bias is a constant).
 
 Our files may also name the classes (:data:`CLASSES_KEY`); :func:`rightreasons.models.factory.load_model` puts them on
-the model as ``model.classes``. A finished training run writes its model file as :data:`RUN_MODEL_FILE` into its
-directory; :func:`model_file` turns a config's weights file or run directory into the file.
+the model as ``model.classes``, and their input — size, encoding, transform (:mod:`.preprocessing`) — which loading
+puts on the model as ``model.input_config``. A finished training run writes its model file as :data:`RUN_MODEL_FILE`
+into its directory; :func:`model_file` turns a config's weights file, run directory or model directory (an export of
+:func:`~rightreasons.models.hub.save_pretrained`, a Hub snapshot: :func:`~rightreasons.model_layout.model_directory`)
+into the file.
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ from torch import Tensor, nn
 from ..bcos.layers import LogitLayer
 from ..errors import CheckpointError
 from ..fileio import atomic_write
+from ..model_layout import model_directory
+from .preprocessing import INPUT_KEY, InputConfig, recorded_input, restore_input_config
 
 __all__ = ["CLASSES_KEY", "LOGITS_KEY", "LogitBiasWarning", "METADATA_KEY", "RELEASE_LOGIT_BIAS", "RUN_MODEL_FILE",
-           "fitted_state", "load_weights", "logit_arguments", "model_file", "read_metadata", "read_state_dict",
-           "restore_classes", "restore_logit_layers", "save_model"]
+           "fitted_state", "load_weights", "logit_arguments", "model_file", "model_metadata", "read_metadata",
+           "read_state_dict", "restore_classes", "restore_logit_layers", "save_model"]
 
 WRAPPER_PREFIXES = ("0.", "model.", "ema.module.", "module.")
 METADATA_KEY = "rightreasons_model"
@@ -177,6 +182,8 @@ def load_weights(model: nn.Module, source: str | Path | Mapping[str, Tensor], *,
     fitted, replaced = _fit(model, state, name, metadata, strict=strict, ema=ema,
                             replace_classifier=replace_classifier)
     model.load_state_dict(fitted, strict=False)
+    if isinstance(source, (str, Path)):
+        restore_input_config(model, metadata, name)
     if not replaced and isinstance(source, (str, Path)):
         restore_logit_layers(model, metadata, name)
         restore_classes(model, metadata, name)
@@ -307,20 +314,19 @@ def restore_classes(model: nn.Module, metadata: Mapping[str, str], source: str) 
     model.classes = tuple(classes)
 
 
-def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, str] | None = None, *,
-               classes: Sequence[str] | None = None) -> Path:
-    """Write ``model``'s weights, its registry name/arguments, its logit layers and (when given, or set as
-    ``model.classes``) its class names to a safetensors file, atomically."""
+def model_metadata(model: nn.Module, classes: Sequence[str] | None = None,
+                   input_config: InputConfig | None = None) -> dict[str, str]:
+    """What our model files record of ``model`` besides its tensors, by metadata key (JSON text): registry name and
+    arguments, logit layers, and (when given, or set as ``model.classes`` / ``model.input_config``) class names and
+    input (:mod:`.preprocessing`)."""
     args = getattr(model, "model_args", None)
     if args is None:
         raise ValueError("save_model needs a model built with rightreasons.create_model (it records name and args)")
     try:
-        encoded = json.dumps(args)
+        metadata = {METADATA_KEY: json.dumps(args)}
     except TypeError as e:
         raise ValueError(f"constructor arguments of {args['name']} are not JSON-serialisable ({e}); "
                          "pass norms and other options by name") from e
-    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    metadata = {**(metadata or {}), METADATA_KEY: encoded}
     layers = _logit_layers(model)
     if layers:
         metadata[LOGITS_KEY] = json.dumps({n: {"bias": m.bias, "temperature": m.temperature}
@@ -328,15 +334,31 @@ def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, str] |
     classes = getattr(model, "classes", None) if classes is None else classes
     if classes is not None:
         metadata[CLASSES_KEY] = json.dumps([str(c) for c in classes])
-    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+    input_config = input_config or recorded_input(model)
+    if input_config is not None:
+        metadata[INPUT_KEY] = json.dumps(input_config.as_dict())
+    return metadata
+
+
+def save_model(model: nn.Module, path: str | Path, metadata: Mapping[str, str] | None = None, *,
+               classes: Sequence[str] | None = None, input_config: InputConfig | None = None) -> Path:
+    """Write ``model``'s weights and :func:`model_metadata` (with ``metadata`` besides) to a safetensors file,
+    atomically."""
+    recorded = {**(metadata or {}), **model_metadata(model, classes, input_config)}
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=recorded))
 
 
 def model_file(path: str | Path | None, key: str = "model.checkpoint") -> str | None:
-    """The weights file config ``key`` names: ``path`` itself, or for the directory of a run its final
-    :data:`RUN_MODEL_FILE`. A path that does not exist, or a run directory without a model file (the run has not
-    finished), is a :class:`CheckpointError` that says what to run first."""
+    """The weights file config ``key`` names: ``path`` itself, or for a directory — a run's, an export of
+    :func:`~rightreasons.models.hub.save_pretrained`, a Hub cache repository or snapshot
+    (:func:`~rightreasons.model_layout.model_directory`) — its :data:`RUN_MODEL_FILE`. A path that does not exist,
+    or a run directory without a model file (the run has not finished), is a :class:`CheckpointError` that says what
+    to run first."""
     if path is None or Path(path).is_file():
         return None if path is None else str(path)
+    if Path(path).is_dir():
+        path = model_directory(path)
     if not Path(path).exists():
         raise CheckpointError(f"{key}={path}: no such weights file or run directory; when it names the run of "
                               "another config (the shipped guided configs start from their dataset's baseline run, "

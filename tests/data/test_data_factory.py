@@ -7,13 +7,13 @@ from rightreasons.errors import UnknownNameError, UsageError
 
 
 def test_every_name_is_registered():
-    assert list(DATASETS) == ["voc2007", "coco2014", "waterbirds100", "imagenet", "synthetic-birds",
-                              "synthetic-multilabel"]
+    assert list(DATASETS) == ["voc2007", "coco2014", "coco-json", "folder", "waterbirds100", "imagenet",
+                              "synthetic-birds", "synthetic-multilabel"]
 
 
 def test_unknown_names_and_options_list_the_valid_ones(tmp_path):
     with pytest.raises(UnknownNameError, match="unknown dataset 'voc2012'; expected one of voc2007, coco2014, "
-                                               "waterbirds100, imagenet, synthetic-birds, synthetic-multilabel"):
+                                               "coco-json, folder, waterbirds100, imagenet, synthetic-birds, synthetic-multilabel"):
         load_dataset("voc2012", tmp_path, "train")
     with pytest.raises(UsageError, match=r"unknown option\(s\) crowd for dataset 'voc2007'; valid: use_difficult, "
                                          r"segmentation_only, box_policy, transform, annotated_fraction"):
@@ -34,7 +34,8 @@ def test_synthetic_datasets_are_generated_in_memory_without_a_root():
 def test_each_dataset_knows_its_splits_and_the_one_a_model_is_tested_on(tmp_path, write_voc):
     assert set(DATASET_SPLITS) == set(DATASETS)
     assert {name: default_test_split(name) for name in DATASETS} == {
-        "voc2007": "test", "coco2014": "val", "waterbirds100": "test", "imagenet": "val", "synthetic-birds": "test",
+        "voc2007": "test", "coco2014": "val", "coco-json": "test", "folder": "test",
+        "waterbirds100": "test", "imagenet": "val", "synthetic-birds": "test",
         "synthetic-multilabel": "test"}
     # an unknown split is a user error (one `error:` line on the command line) that lists the valid ones
     voc = write_voc(tmp_path, {}, {"train": []})

@@ -1,8 +1,8 @@
-"""The README's quickstarts, walked: for PASCAL VOC 2007, MS COCO 2014 and Waterbirds-100, every ``rightreasons``
-command of the dataset's README section and then of its block in the *Distillation* section runs through the real
-command line, in order, in one walk, on a tiny format-faithful copy of the dataset's layout (VOC XML with difficult and
-truncated objects; COCO instances JSON with a crowd RLE and images without annotations; Waterbirds' ``metadata.csv``
-with the release's columns and CUB bird masks).
+"""The quickstarts of the docs site (``docs/quickstarts.md``), walked: for PASCAL VOC 2007, MS COCO 2014 and
+Waterbirds-100, every ``rightreasons`` command of the dataset's section and then of its block in the *Distillation*
+section runs through the real command line, in order, in one walk, on a tiny format-faithful copy of the dataset's
+layout (VOC XML with difficult and truncated objects; COCO instances JSON with a crowd RLE and images without
+annotations; Waterbirds' ``metadata.csv`` with the release's columns and CUB bird masks).
 
 The download lines are replaced by the copies (written where the shipped configs look), and the commands get what
 keeps them fast: B-cos ResNets of width 4 at 32 px on the CPU for one epoch, a local file instead of the
@@ -49,10 +49,10 @@ def commands(block: str) -> list[list[str]]:
 
 
 def readme_commands(dataset: str) -> list[list[str]]:
-    """The ``rightreasons`` commands of the dataset's README quickstart: its guidance chain (the first bash block of
-    its section), then the distillation of its guided run (the block of the *Distillation* section that uses the
-    dataset's distillation config)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The ``rightreasons`` commands of the dataset's quickstart (``docs/quickstarts.md``): its guidance chain (the
+    first bash block of its section), then the distillation of its guided run (the block of the *Distillation* section
+    that uses the dataset's distillation config)."""
+    text = (ROOT / "docs" / "quickstarts.md").read_text(encoding="utf-8")
     guidance = bash_blocks(text[text.index(SECTIONS[dataset]):])[0]
     distillation = [block for block in bash_blocks(text[text.index(DISTILLATION):])
                     if f"configs/distill/{dataset}.yaml" in block]
@@ -118,7 +118,7 @@ COPIES = {"voc2007": voc_copy, "coco2014": coco_copy, "waterbirds100": waterbird
 
 # ------------------------------------------------------------------------------------------------ the chain
 def adapt(argv: list[str], imagenet: Path) -> list[str]:
-    """What keeps a README command fast on the copies (see the module docstring); everything else is kept."""
+    """What keeps a quickstart command fast on the copies (see the module docstring); everything else is kept."""
     stand_in = ["model.pretrained=false", f"model.checkpoint={imagenet}"]
     command = argv[0]
     if command == "prepare":
@@ -155,7 +155,7 @@ def test_the_readme_quickstart_runs_from_download_to_distilled_student(dataset, 
                                                                         write_voc, write_coco, write_waterbirds):
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
-    (work / "configs").symlink_to(ROOT / "configs")  # the README's relative paths, unchanged
+    (work / "configs").symlink_to(ROOT / "configs")  # the quickstarts' relative paths, unchanged
     monkeypatch.chdir(work)
     writer = {"voc2007": write_voc, "coco2014": write_coco, "waterbirds100": write_waterbirds}[dataset]
     sizes = COPIES[dataset](work / "data", writer)

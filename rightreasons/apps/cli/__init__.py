@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "check a dataset download (VOC, COCO, Waterbirds), build derived files"),
     "explain": ("rightreasons.apps.cli.explain", "write B-cos explanations of images as PNGs"),
     "bcosify": ("rightreasons.apps.cli.bcosify", "convert a standard model into a B-cos model file"),
+    "export": ("rightreasons.apps.cli.export", "write a run's model as a Hub-style model directory with a model card"),
     "train": ("rightreasons.apps.cli.train", "fine-tune a classifier (no localisation term)"),
     "guide": ("rightreasons.apps.cli.train", "fine-tune with a localisation loss on bounding boxes"),
     "robust": ("rightreasons.apps.cli.train", "train a classifier with a group-robustness objective (reweighting, "

@@ -3,12 +3,13 @@
 The model needs weights: `--checkpoint PATH` (what training wrote — a run directory, its model file or a checkpoint
 directory — or, with `--model`, a release or Lightning checkpoint), `--pretrained` (the released ImageNet weights of
 `--model`), or `--random-weights` to explain an untrained network on purpose; without any of them the command refuses
-to run (an untrained B-cos network gives explanations that look plausible and mean nothing). What the run recorded
-sets the defaults: the image size it trained at (`--size`, else 224), its class names (`--target` takes a name) and
-the link of the loss it trained with (`--probability`).
+to run (an untrained B-cos network gives explanations that look plausible and mean nothing). What the model file and
+the run recorded set the defaults: the input the model file records (size, crop and encoding,
+`rightreasons.models.preprocessing`; `--size` overrides the size), else the image size the run trained at, else 224;
+its class names (`--target` takes a name) and the link of the loss it trained with (`--probability`).
 
 Each IMAGE is a file, or a directory whose image files (every suffix PIL reads, not recursive, sorted by name) are
-all explained. Per image (shorter side resized to `--size`, centre crop, encoded for the model) it writes to `--out`:
+all explained. Per image (shorter side resized, centre crop to the size, encoded for the model) it writes to `--out`:
 `<stem>_input.png` (the model's view of the image), `<stem>_explanation.png` (the colour explanation `W(x)`, RGBA),
 `<stem>_contributions.png` (`Σ_c W ⊙ x`, blue negative / red positive, symmetric limits) and `<stem>_figure.png`
 (the three side by side, titled with the class name and its probability, with a colour bar). Class names come from
@@ -60,8 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="class to explain, an index or a class name the model knows (default: the "
                                     "predicted class of each image)")
     p.add_argument("--size", type=positive_int, default=None,
-                   help="resize the shorter side and centre-crop to SIZE (default: the size the run trained at, "
-                        "else 224)")
+                   help="resize the shorter side and centre-crop to SIZE (default: the input size the model file "
+                        "records, else the size the run trained at, else 224)")
     p.add_argument("--probability", choices=sorted(LINKS), default=None,
                    help="how logits become the probability in the figure title: sigmoid (BCE-trained, the B-cos "
                         "recipe) or softmax (trained with softmax cross-entropy); default: the run's loss, else "
@@ -142,9 +143,9 @@ def refuse_input_folder(out: Path, images: list[Path]) -> None:
                              f"{folder / 'explained'} is fine)")
 
 
-def load_images(paths: list[Path], size: int, encoding: str = "bcos") -> Tensor:
-    """Image files → batch `[N, C, size, size]` (shorter side resized, centre crop, then encoded: `[r, g, b, 1-r,
-    1-g, 1-b]` in [0, 1] for B-cos models), with the data package's deterministic view."""
+def load_images(paths: list[Path], size: int, encoding: str = "bcos", crop_fraction: float = 1.0) -> Tensor:
+    """Image files → batch `[N, C, size, size]` (shorter side resized to `size / crop_fraction`, centre crop, then
+    encoded: `[r, g, b, 1-r, 1-g, 1-b]` in [0, 1] for B-cos models), with the data package's deterministic view."""
     import torch
     from torchvision.transforms import v2
 
@@ -154,7 +155,7 @@ def load_images(paths: list[Path], size: int, encoding: str = "bcos") -> Tensor:
 
     if size < 1:
         raise UsageError(f"--size must be positive, got {size}")
-    transform = v2.Compose([v2.ToDtype(torch.float32, scale=True), base_view(size, crop_fraction=1.0),
+    transform = v2.Compose([v2.ToDtype(torch.float32, scale=True), base_view(size, crop_fraction),
                             encode(encoding)])
     return torch.stack([transform(read_image(path)) for path in paths])
 
@@ -197,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     from ...fileio import writable_directory
     from ...metrics.evaluation import require_finite_logits
     from ...models import capabilities
+    from ...models.preprocessing import recorded_input
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     refuse_input_folder(args.out, args.images)
@@ -206,10 +208,11 @@ def run(args: argparse.Namespace) -> int:
     model = model.to(device)
     caps = capabilities(model)
     target = target_class(args.target, caps.classes, caps.num_classes)
-    size = args.size or (config.data.image_size if config is not None else 224)
+    recorded = recorded_input(model)
+    size = args.size or (recorded.size if recorded else config.data.image_size if config is not None else 224)
     link = LINKS[args.probability] if args.probability else "bce" if config is None else \
         resolve_classification_loss(config.loss.classification, caps.bcos, multilabel=False)
-    x = load_images(paths, size, caps.encoding).to(device)
+    x = load_images(paths, size, caps.encoding, recorded.crop_pct if recorded else 1.0).to(device)
     writable_directory(args.out, "--out")
     for path, stem, xi in zip(paths, _output_stems(paths), x):
         result = explain(model, xi[None], target=target)

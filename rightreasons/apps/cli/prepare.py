@@ -1,5 +1,6 @@
 """``rightreasons prepare voc2007|coco2014|waterbirds100 --root DIR``: check a dataset download and build what is
-derived from it.
+derived from it; ``rightreasons prepare config --config FILE``: check the dataset a training config names (one's own
+``coco-json`` or ``folder`` data, a registered dataset).
 
 Each prints what it found and exactly what is missing or wrong; exit code 1 if anything is (see
 :mod:`rightreasons.data.prepare`). The checks are the loaders' own: every split is built and every image read as
@@ -21,7 +22,7 @@ from .arguments import non_negative_int, unit_float
 if TYPE_CHECKING:  # the check modules import the data package (torch) when the command runs
     from ...data.prepare import Report
 
-__all__ = ["DEFAULT_ROOTS", "register", "run_coco", "run_voc", "run_waterbirds"]
+__all__ = ["DEFAULT_ROOTS", "register", "run_coco", "run_config", "run_voc", "run_waterbirds"]
 
 #: dataset → the ``data.root`` of its configs in ``configs/guidance/``
 DEFAULT_ROOTS = {"voc2007": "data/VOCdevkit/VOC2007", "coco2014": "data/coco",
@@ -73,6 +74,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--box-file", default="boxes.csv", help="box file name inside ROOT (default boxes.csv)")
     s.set_defaults(func=run_waterbirds)
 
+    s = datasets.add_parser("config", help="the dataset of a training config (coco-json, folder, a registered one...)",
+                            description="Check the dataset that a training config's data section names: its "
+                                        "training and validation splits built with data.options, every image "
+                                        "read as training reads it, and no image in two splits.")
+    s.add_argument("--config", type=Path, required=True, help="the training config (YAML)")
+    s.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for guide and train")
+    s.add_argument("--workers", type=non_negative_int, default=min(8, os.cpu_count() or 1),
+                   help="processes that read the images (0: this one; default: the CPUs, at most 8)")
+    s.set_defaults(func=run_config)
+
 
 def run_voc(args: argparse.Namespace) -> int:
     from ...data.prepare import voc
@@ -90,6 +101,15 @@ def run_waterbirds(args: argparse.Namespace) -> int:
     from ...data.prepare import waterbirds
 
     return _report(waterbirds.check(args.root, args.segmentations, args.threshold, args.box_file, args.workers))
+
+
+def run_config(args: argparse.Namespace) -> int:
+    from ...config import from_dict, read_config
+    from ...data.prepare import config
+    from ...engine.config import DataConfig
+
+    data = from_dict(DataConfig, read_config(args.config, args.overrides).get("data"), "data")
+    return _report(config.check(data.name, data.root, [data.train_split, data.val_split], data.options, args.workers))
 
 
 def _report(report: Report) -> int:

@@ -8,7 +8,7 @@ directory) plus ``key.path=value`` overrides (validated: unknown keys are errors
 ``evaluate`` scores what ``train``/``guide`` wrote: the run directory, its model file or one of its checkpoint
 directories. Without ``--config`` it reads the run's config from the run (``summary.json``, or a checkpoint's trainer
 state) and refuses a bare model file; ``--split`` defaults to the dataset's test split, or ``val`` where there is none
-(COCO 2014).
+(COCO 2014). The resolution is the one the model file records (``--size`` overrides it), else the config's.
 
     rightreasons train --config configs/guidance/voc2007_baseline.yaml
     rightreasons guide --config configs/guidance/voc2007.yaml guidance.weight=5e-3 --resume
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import add_overwrite, add_resume, resume_and_overrides
+from .arguments import add_overwrite, add_resume, positive_int, resume_and_overrides
 
 if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when they run, so that --help starts at once
     from ...engine import TrainConfig
@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(RUN/checkpoints/step-N)")
     p.add_argument("--split", default=None,
                    help="dataset split to evaluate (default: test, or val for datasets without one, e.g. COCO)")
+    p.add_argument("--size", type=positive_int, default=None,
+                   help="image size to evaluate at (default: the input size the model file records, else the "
+                        "config's data.image_size)")
     p.add_argument("--out", type=Path, help="write the metrics here as JSON (default: print only)")
     p.set_defaults(func=run_evaluate)
 
@@ -108,7 +111,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         config, source = run_config(args.checkpoint, list(args.overrides))
     split = args.split or default_test_split(config.data.name)
     logger.info("evaluating %s on split %r of %s (config: %s)", args.checkpoint, split, config.data.name, source)
-    results = {"config": str(source), **score_checkpoint(config, args.checkpoint, split)}
+    results = {"config": str(source), **score_checkpoint(config, args.checkpoint, split, image_size=args.size)}
     text = json_text(results, str(args.out or "the results"))
     if args.out:
         write_text_atomic(args.out, text)

@@ -1,5 +1,6 @@
-"""``rightreasons analyze shift`` with the README's arguments (issue 14: it ran at 224 px on models trained at 64 px,
-12.5 minutes without a word): the input size comes from the model files, and each model's start is logged."""
+"""``rightreasons analyze shift`` with the arguments of the e²KD guide (``docs/guide/distillation.md``; issue 14: it
+ran at 224 px on models trained at 64 px, 12.5 minutes without a word): the input size comes from the model files,
+and each model's start is logged."""
 
 import json
 import logging

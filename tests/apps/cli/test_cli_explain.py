@@ -120,3 +120,17 @@ def test_class_names_and_softmax_come_from_the_weights_and_the_flag(tmp_path, im
     names = ["cat", "dog", "bird"]
     target = int(logits.argmax())
     assert f"explained class {target} ({names[target]}, p={float(logits.softmax(0)[target]):.3f})" in line
+
+
+def test_a_model_file_that_records_its_input_is_explained_at_that_size(tmp_path, images, capsys):
+    from rightreasons.models.preprocessing import InputConfig
+
+    model = create_model("bcos_cifar10_resnet20", num_classes=4).eval()
+    checkpoint = save_model(model, tmp_path / "m.safetensors", input_config=InputConfig("bcos", 32))
+    out = tmp_path / "out"
+    assert main(["explain", "--checkpoint", str(checkpoint), "--out", str(out), "--device", "cpu",
+                 str(images[0])]) == 0
+    assert Image.open(out / "cat_explanation.png").size == (32, 32)
+    assert main(["explain", "--checkpoint", str(checkpoint), "--size", "24", "--out", str(out), "--device", "cpu",
+                 str(images[0])]) == 0  # the user's option wins
+    assert Image.open(out / "cat_explanation.png").size == (24, 24)
