@@ -32,7 +32,7 @@ LAYERS: dict[str, float] = {
     "reporting": 4.5,
     "engine": 5,
     "classification": 6,
-    "guidance": 7, "distill": 7, "robustness": 7.5,
+    "guidance": 7, "distill": 7, "robustness": 7.5, "viewer": 7.5,
     "apps": 8,
     "__main__": 9, "": 8,  # "" is the package itself (the public API facade)
 }

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["CARD_METRICS", "model_card"]
+__all__ = ["CARD_METRICS", "model_card", "run_evaluations"]
 
 CARD_METRICS = {"accuracy": "accuracy", "worst_group_accuracy": "worst-group accuracy", "epg": "EPG", "iou": "IoU"}
 """Summary metric → its name in the card, in the card's order."""
@@ -35,8 +35,9 @@ def _header(config: Mapping[str, Any], run: Mapping[str, Any] | None, results: M
     return "---\n" + yaml.safe_dump(header, sort_keys=False) + "---\n"
 
 
-def _results(run: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """Heading → metrics: the validation at the exported step, then each final evaluation (``test``, ...)."""
+def run_evaluations(run: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Heading → metrics of a training run's ``summary.json``: the validation at the exported step, then each final
+    evaluation (``test``, ...)."""
     step = run.get("exported_step")
     validation = next((h for h in run.get("history") or [] if h.get("step") == step), None)
     found = {} if validation is None else {f"validation (step {step})": validation}
@@ -80,7 +81,7 @@ def _training(run: Mapping[str, Any]) -> list[str]:
 def model_card(config: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> str:
     """The ``README.md`` of a model directory with ``config`` (its ``config.json``), from the training ``run``'s
     ``summary.json`` when there is one."""
-    results = _results(run) if run else {}
+    results = run_evaluations(run) if run else {}
     view = config.get("input")
     lines = [f"# {config['architecture']}", "",
              f"A `{config['architecture']}` image classifier, saved by rightreasons (`pip install rightreasons`).",

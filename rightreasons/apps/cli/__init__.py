@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("rightreasons.apps.cli.prepare",
                 "check a dataset download (VOC, COCO, Waterbirds), build derived files"),
     "explain": ("rightreasons.apps.cli.explain", "write B-cos explanations of images as PNGs"),
+    "view": ("rightreasons.apps.cli.view", "write one HTML page comparing runs' explanations image by image"),
     "bcosify": ("rightreasons.apps.cli.bcosify", "convert a standard model into a B-cos model file"),
     "export": ("rightreasons.apps.cli.export", "write a run's model as a Hub-style model directory with a model card"),
     "train": ("rightreasons.apps.cli.train", "fine-tune a classifier (no localisation term)"),
