@@ -21,7 +21,8 @@ from torchmetrics import Metric
 
 from .attribution_fn import AttributionFn, run_attribution
 
-__all__ = ["PerturbationCurves", "PixelPerturbation", "area_between", "perturbation_curves", "removal_fractions"]
+__all__ = ["PerturbationCurves", "PixelPerturbation", "area_between", "check_output", "perturbation_curves",
+           "pixel_ranks", "removal_fractions", "replacement_curve", "target_scores"]
 
 Output = Literal["logit", "softmax", "sigmoid"]
 
@@ -55,7 +56,16 @@ def area_between(most_first: Tensor, least_first: Tensor, fractions: Tensor) -> 
     return torch.trapezoid(least_first - most_first, fractions.to(most_first), dim=-1)
 
 
-def _target_scores(model: nn.Module, x: Tensor, targets: Tensor, output: Output, batch_size: int) -> Tensor:
+def check_output(where: str, output: str) -> None:
+    """Raise ``ValueError`` unless ``output`` names a score :func:`target_scores` can track."""
+    if output not in ("logit", "softmax", "sigmoid"):
+        raise ValueError(f"{where}: output must be 'logit', 'softmax' or 'sigmoid', got {output!r}")
+
+
+def target_scores(model: nn.Module, x: Tensor, targets: Tensor, output: Output = "softmax",
+                  batch_size: int = 64) -> Tensor:
+    """The model's ``output`` score ``[N]`` of class ``targets [N]`` on images ``x [N, C, H, W]``, ``batch_size``
+    images per forward pass."""
     scores = []
     for start in range(0, len(x), batch_size):
         logits = model(x[start:start + batch_size])
@@ -67,15 +77,24 @@ def _target_scores(model: nn.Module, x: Tensor, targets: Tensor, output: Output,
     return torch.cat(scores)
 
 
+def pixel_ranks(attributions: Tensor, most_first: bool = True) -> Tensor:
+    """Removal rank ``[N, H·W]`` of every pixel of maps ``[N, H, W]`` (0 = removed first): highest attribution first,
+    or lowest first with ``most_first=False``; pixels with equal attribution go in raster order."""
+    flat = attributions.flatten(1)
+    return flat.argsort(dim=1, descending=most_first, stable=True).argsort(dim=1)
+
+
 @torch.no_grad()
-def _curve(model: nn.Module, images: Tensor, targets: Tensor, ranks: Tensor, counts: list[int], baseline: Tensor,
-           output: Output, batch_size: int) -> Tensor:
-    """Scores ``[N, S+1]`` after removing the ``counts[s]`` lowest-ranked pixels of every image."""
+def replacement_curve(model: nn.Module, images: Tensor, replacement: Tensor | float, targets: Tensor, ranks: Tensor,
+                      counts: list[int], output: Output = "softmax", batch_size: int = 64) -> Tensor:
+    """Target scores ``[N, S+1]`` after replacing the ``counts[s]`` lowest-ranked pixels (all channels) of every
+    image ``[N, C, H, W]`` by ``replacement`` (broadcastable to the images). Removal puts a baseline in the images;
+    insertion puts the images in a baseline (``images`` = the baseline, ``replacement`` = the images)."""
     n, _, h, w = images.shape
     curve = []
     for count in counts:
-        removed = (ranks < count).view(n, 1, h, w)
-        curve.append(_target_scores(model, torch.where(removed, baseline, images), targets, output, batch_size))
+        replaced = (ranks < count).view(n, 1, h, w)
+        curve.append(target_scores(model, torch.where(replaced, replacement, images), targets, output, batch_size))
     return torch.stack(curve, 1)
 
 
@@ -101,18 +120,15 @@ def perturbation_curves(model: nn.Module, images: Tensor, targets: Tensor, attri
     if images.dim() != 4 or targets.shape != (images.shape[0],):
         raise ValueError(f"perturbation_curves: need images [N, C, H, W] and targets [N], got shapes "
                          f"{tuple(images.shape)} and {tuple(targets.shape)}")
-    if output not in ("logit", "softmax", "sigmoid"):
-        raise ValueError(f"perturbation_curves: output must be 'logit', 'softmax' or 'sigmoid', got {output!r}")
+    check_output("perturbation_curves", output)
     fractions = removal_fractions(num_steps, max_fraction)
     n, _, h, w = images.shape
     counts = torch.round(fractions * h * w).long().tolist()
     targets = targets.to(images.device).long()
-    maps = run_attribution(attribution, model, images, targets).flatten(1)
-    most_rank = maps.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
-    least_rank = maps.argsort(dim=1, stable=True).argsort(dim=1)
+    maps = run_attribution(attribution, model, images, targets)
     baseline = torch.as_tensor(baseline, dtype=images.dtype, device=images.device)
-    most = _curve(model, images, targets, most_rank, counts, baseline, output, batch_size)
-    least = _curve(model, images, targets, least_rank, counts, baseline, output, batch_size)
+    most, least = (replacement_curve(model, images, baseline, targets, pixel_ranks(maps, most_first), counts, output,
+                                     batch_size) for most_first in (True, False))
     fractions = fractions.to(device=images.device, dtype=most.dtype)
     return PerturbationCurves(fractions, most, least, area_between(most, least, fractions))
 
