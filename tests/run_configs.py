@@ -29,3 +29,13 @@ def tiny_guided_config(**changes: Any) -> dict[str, Any]:
         else:
             config[key] = value
     return config
+
+
+#: the rows of the tiny Waterbirds-100 copy that command-line tests train on (``write_waterbirds`` fixture): (image,
+#: class, place, split, bird box) — four training images per class (two steps of batch 4 an epoch), one validation
+#: and one test image per class
+TINY_WATERBIRDS_ROWS = (
+    [(f"002.Sparrow/train_{i}.jpg", 0, 0, 0, (2, 2, 20, 16)) for i in range(4)]
+    + [(f"001.Albatross/train_{i}.jpg", 1, 1, 0, (8, 4, 30, 22)) for i in range(4)]
+    + [("002.Sparrow/val_0.jpg", 0, 0, 1, (1, 1, 12, 12)), ("001.Albatross/val_0.jpg", 1, 1, 1, (4, 4, 20, 20))]
+    + [("002.Sparrow/test_0.jpg", 0, 0, 2, (3, 3, 18, 18)), ("001.Albatross/test_0.jpg", 1, 1, 2, (3, 3, 18, 18))])

@@ -4,28 +4,16 @@ numpy's Pearson correlation on random maps, the degenerate rule, seeding and bat
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from rightreasons.metrics import FaithfulnessCorrelation, faithfulness_correlation, pearson, random_subsets
-
-
-class Linear(nn.Module):
-    """logit_0 = Σ weight ⊙ x, logit_1 = 0."""
-
-    def __init__(self, weight):
-        super().__init__()
-        self.weight = weight
-
-    def forward(self, x):
-        logit = (self.weight * x).flatten(1).sum(1)
-        return torch.stack([logit, torch.zeros_like(logit)], 1)
+from linear_model import LinearTwoClass
 
 
 def data(seed=0, n=4):
     g = torch.Generator().manual_seed(seed)
     weight = torch.randn(1, 2, 6, 6, generator=g, dtype=torch.float64)
     x = torch.rand(n, 2, 6, 6, generator=g, dtype=torch.float64)
-    return Linear(weight), x, torch.zeros(n, dtype=torch.long), weight
+    return LinearTwoClass(weight), x, torch.zeros(n, dtype=torch.long), weight
 
 
 def test_exact_contributions_correlate_perfectly():

@@ -10,25 +10,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from rightreasons.metrics import InsertionDeletion, blurred, insertion_deletion, pixel_ranks
+from linear_model import LinearTwoClass
 
 W = (torch.arange(16, dtype=torch.float64) - 5).view(1, 1, 4, 4)    # contributions -5 ... 10 on a ones image
 
 
-class Linear(nn.Module):
-    """logit_0 = Σ weight ⊙ x, logit_1 = 0."""
-
-    def __init__(self, weight):
-        super().__init__()
-        self.weight = weight
-
-    def forward(self, x):
-        logit = (self.weight * x).flatten(1).sum(1)
-        return torch.stack([logit, torch.zeros_like(logit)], 1)
-
-
 def test_curves_and_aucs_by_hand():
     x = torch.ones(1, 1, 4, 4, dtype=torch.float64)
-    curves = insertion_deletion(Linear(W), x, torch.tensor([0]), W[:, 0] * x[:, 0], num_steps=4,
+    curves = insertion_deletion(LinearTwoClass(W), x, torch.tensor([0]), W[:, 0] * x[:, 0], num_steps=4,
                                 insertion_baseline=0.0, output="logit")
     # four pixels per step, most important first: 10..7 (34), 6..3 (18), 2..-1 (2), -2..-5 (-14); all: 40
     assert curves.fractions.tolist() == [0, 0.25, 0.5, 0.75, 1]
@@ -36,7 +25,7 @@ def test_curves_and_aucs_by_hand():
     assert curves.insertion[0].tolist() == [0, 34, 52, 54, 40]
     assert curves.deletion_auc.item() == pytest.approx(0.25 * (40 / 2 + 6 - 12 - 14 + 0 / 2))
     assert curves.insertion_auc.item() == pytest.approx(0.25 * (0 / 2 + 34 + 52 + 54 + 40 / 2))
-    flipped = insertion_deletion(Linear(W), x, torch.tensor([0]), -1e-9 * W[:, 0] - 3, num_steps=4,
+    flipped = insertion_deletion(LinearTwoClass(W), x, torch.tensor([0]), -1e-9 * W[:, 0] - 3, num_steps=4,
                                  insertion_baseline=0.0, output="logit")
     assert flipped.deletion[0].tolist() == [40, 54, 52, 34, 0]         # the reversed ranking, scale and offset ignored
 
@@ -57,7 +46,7 @@ def loop_curve(model, start, end, a, counts):
 def test_random_inputs_match_a_pixel_loop_and_batch_equals_one_by_one():
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(1, 2, 6, 7, generator=g, dtype=torch.float64)
-    model = Linear(weight)
+    model = LinearTwoClass(weight)
     x = torch.rand(4, 2, 6, 7, generator=g, dtype=torch.float64)
     maps = torch.randint(-2, 3, (4, 6, 7), generator=g).double()       # ties, broken in raster order
     maps[1] = 0.0
@@ -118,7 +107,7 @@ def test_pixel_ranks_rank_highest_or_lowest_first_ties_in_raster_order():
 
 def test_bad_inputs_are_rejected():
     x, target = torch.ones(2, 1, 4, 4), torch.zeros(2, dtype=torch.long)
-    model = Linear(W.float())
+    model = LinearTwoClass(W.float())
     with pytest.raises(ValueError, match=r"attributions must be \[N, H, W\] = \[2, 4, 4\]"):
         insertion_deletion(model, x, target, torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match="need images"):

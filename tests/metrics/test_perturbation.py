@@ -6,16 +6,9 @@ import torch
 from torch import nn
 
 from rightreasons.metrics import PixelPerturbation, area_between, perturbation_curves, removal_fractions
+from linear_model import LinearTwoClass
 
 W = (torch.arange(16, dtype=torch.float32) - 5).view(1, 1, 4, 4)    # contributions -5 ... 10 on a ones image
-
-
-class Linear(nn.Module):
-    """logit_0 = Σ W ⊙ x, logit_1 = 0."""
-
-    def forward(self, x):
-        logit = (W * x).flatten(1).sum(1)
-        return torch.stack([logit, torch.zeros_like(logit)], 1)
 
 
 def input_x_gradient(model, x, target):
@@ -24,7 +17,7 @@ def input_x_gradient(model, x, target):
 
 def test_curves_and_area_hand_computed():
     x = torch.ones(1, 1, 4, 4)
-    curves = perturbation_curves(Linear(), x, torch.tensor([0]), input_x_gradient, num_steps=4,
+    curves = perturbation_curves(LinearTwoClass(W), x, torch.tensor([0]), input_x_gradient, num_steps=4,
                                  output="logit")
     # 25 % of 16 pixels in 4 steps = one pixel per step; the full logit is Σ(-5..10) = 40.
     assert curves.fractions.tolist() == pytest.approx([0, 1 / 16, 2 / 16, 3 / 16, 4 / 16])
@@ -36,14 +29,14 @@ def test_curves_and_area_hand_computed():
 
 def test_probability_outputs_and_baselines():
     x = torch.ones(1, 1, 4, 4)
-    logit = perturbation_curves(Linear(), x / 10, torch.tensor([0]), input_x_gradient, num_steps=4,
+    logit = perturbation_curves(LinearTwoClass(W), x / 10, torch.tensor([0]), input_x_gradient, num_steps=4,
                                 output="logit")
-    soft = perturbation_curves(Linear(), x / 10, torch.tensor([0]), input_x_gradient, num_steps=4)
+    soft = perturbation_curves(LinearTwoClass(W), x / 10, torch.tensor([0]), input_x_gradient, num_steps=4)
     torch.testing.assert_close(soft.most_first, torch.sigmoid(logit.most_first))   # softmax over (l, 0)
-    sig = perturbation_curves(Linear(), x / 10, torch.tensor([1]), input_x_gradient, num_steps=4, output="sigmoid")
+    sig = perturbation_curves(LinearTwoClass(W), x / 10, torch.tensor([1]), input_x_gradient, num_steps=4, output="sigmoid")
     assert torch.equal(sig.most_first, torch.full((1, 5), 0.5))                      # logit_1 is always 0
     # removing to the image's own value changes nothing: flat curves, zero area
-    same = perturbation_curves(Linear(), x, torch.tensor([0]), input_x_gradient, num_steps=4, baseline=1.0,
+    same = perturbation_curves(LinearTwoClass(W), x, torch.tensor([0]), input_x_gradient, num_steps=4, baseline=1.0,
                                output="logit")
     assert torch.equal(same.most_first, torch.full((1, 5), 40.0)) and same.area.item() == 0.0
 
@@ -88,6 +81,6 @@ def test_batches_and_the_accumulating_metric():
 def test_area_between_and_bad_arguments():
     assert area_between(torch.zeros(3), torch.ones(3), torch.tensor([0.0, 0.1, 0.2])).item() == pytest.approx(0.2)
     with pytest.raises(ValueError, match="output must be"):
-        perturbation_curves(Linear(), torch.ones(1, 1, 4, 4), torch.tensor([0]), input_x_gradient, output="prob")
+        perturbation_curves(LinearTwoClass(W), torch.ones(1, 1, 4, 4), torch.tensor([0]), input_x_gradient, output="prob")
     with pytest.raises(ValueError, match="max_fraction"):
         removal_fractions(4, 0.0)

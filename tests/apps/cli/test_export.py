@@ -11,11 +11,8 @@ from PIL import Image
 from safetensors import safe_open
 
 from cli_outcomes import clear_error
+from run_configs import TINY_WATERBIRDS_ROWS
 
-ROWS = ([(f"002.Sparrow/train_{i}.jpg", 0, 0, 0, (2, 2, 20, 16)) for i in range(4)]
-        + [(f"001.Albatross/train_{i}.jpg", 1, 1, 0, (8, 4, 30, 22)) for i in range(4)]
-        + [("002.Sparrow/val_0.jpg", 0, 0, 1, (1, 1, 12, 12)), ("001.Albatross/val_0.jpg", 1, 1, 1, (4, 4, 20, 20))]
-        + [("002.Sparrow/test_0.jpg", 0, 0, 2, (3, 3, 18, 18)), ("001.Albatross/test_0.jpg", 1, 1, 2, (3, 3, 18, 18))])
 CONFIG = """\
 output_dir: run
 cpu: true
@@ -30,7 +27,7 @@ checkpoint: {keep_last: 1}
 @pytest.fixture
 def finished_run(tmp_path, write_waterbirds, run_cli):
     """A tiny Waterbirds-100 run at 32 px (two steps of a width-4 B-cos ResNet-18)."""
-    data = write_waterbirds(tmp_path / "wb", ROWS)
+    data = write_waterbirds(tmp_path / "wb", TINY_WATERBIRDS_ROWS)
     (tmp_path / "config.yaml").write_text(CONFIG.replace("ROOT", str(data)))
     assert run_cli("train", "--config", "config.yaml", cwd=tmp_path).returncode == 0
     return tmp_path

@@ -22,11 +22,8 @@ import pytest
 from safetensors.torch import load_file
 
 from rightreasons.apps.cli import main
+from run_configs import TINY_WATERBIRDS_ROWS
 
-ROWS = ([(f"002.Sparrow/train_{i}.jpg", 0, 0, 0, (2, 2, 20, 16)) for i in range(4)]
-        + [(f"001.Albatross/train_{i}.jpg", 1, 1, 0, (8, 4, 30, 22)) for i in range(4)]
-        + [("002.Sparrow/val_0.jpg", 0, 0, 1, (1, 1, 12, 12)), ("001.Albatross/val_0.jpg", 1, 1, 1, (4, 4, 20, 20))]
-        + [("002.Sparrow/test_0.jpg", 0, 0, 2, (3, 3, 18, 18)), ("001.Albatross/test_0.jpg", 1, 1, 2, (3, 3, 18, 18))])
 CONFIG = """\
 output_dir: run
 cpu: true
@@ -42,7 +39,7 @@ LR = 0.01
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch, write_waterbirds):
-    root = write_waterbirds(tmp_path / "wb", ROWS)
+    root = write_waterbirds(tmp_path / "wb", TINY_WATERBIRDS_ROWS)
     (tmp_path / "config.yaml").write_text(CONFIG.replace("ROOT", str(root)))
     monkeypatch.chdir(tmp_path)
     return tmp_path
