@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all demo bench bench-gpu gpu-check docs clean
+.PHONY: install test test-all demo demo-quick bench bench-gpu gpu-check docs clean
 
 install: $(STAMP)
 
@@ -22,6 +22,10 @@ test-all: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m rightreasons demo
+
+# the 1-seed smoke run of every stage (<= 2 minutes on 2 CPU cores): runs/demo-quick/report.md
+demo-quick: $(STAMP)
+	$(PY) -m rightreasons demo --quick --out runs/demo-quick
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py

@@ -1,8 +1,8 @@
 """`torch.hub` entry points, as in the original B-cos releases: one per registered model.
 
-    model = torch.hub.load("<owner>/rightreasons", "bcos_resnet50", pretrained=True)
-    model = torch.hub.load("<owner>/rightreasons", "bcos_resnet50", pretrained="long")  # the 600-epoch weights
-    weights = torch.hub.load("<owner>/rightreasons", "get_weights", name="bcos_resnet50")
+    model = torch.hub.load("rightreasons-org/rightreasons", "bcos_resnet50", pretrained=True)
+    model = torch.hub.load("rightreasons-org/rightreasons", "bcos_resnet50", pretrained="long")  # the 600-epoch weights
+    weights = torch.hub.load("rightreasons-org/rightreasons", "get_weights", name="bcos_resnet50")
     x = weights.transforms()(image)[None]          # PIL image -> [1, 6, 224, 224]
     label = weights.meta["categories"][model(x).argmax()]
 

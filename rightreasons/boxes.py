@@ -1,4 +1,4 @@
-"""Box geometry, one rule for everything: rasterise, dilate, clip, complement, union per class.
+"""Box and point geometry, one rule for everything: rasterise, dilate, clip, complement, union per class.
 
 Boxes are ``[B, 4]`` in XYXY pixel coordinates of their image ("canvas") of size ``(H, W)``; pixel ``(i, j)`` (row,
 column) is the square ``[j, j + 1) × [i, i + 1)``.
@@ -17,6 +17,11 @@ annotated class never gets an empty mask — which would silently switch guidanc
 the complement strips of a box rasterise to the complement of its mask unless the box itself holds no pixel centre
 (then the strips cover the whole image and the box its one pixel) or the whole outside is thinner than half a pixel.
 
+**Points become discs.** A point ``(x, y)`` (a click on an object) of radius ``r`` covers the pixels whose centres
+lie within ``r`` canvas pixels of it (``(j + 0.5 − x)² + (i + 0.5 − y)² <= r²``) and always the pixel that holds it,
+so that no point is lost at any resolution; a point outside the canvas (cropped away) covers nothing
+(:func:`point_masks`; why a disc and which radius: docs/guide/guidance.md).
+
 Every consumer uses this module: the guidance losses' masks (:class:`~rightreasons.guidance.GuidanceObjective`), the
 localisation metrics (EPG, IoU), the data pipeline (coarse boxes, the complement masks of the reversed Waterbirds
 task) and the figures (:func:`outline`), so the training mask and the evaluation mask of a box are the same pixels.
@@ -33,7 +38,7 @@ from torch import Tensor
 from torchvision import tv_tensors
 
 __all__ = ["boxes_to_masks", "canvas_size", "class_masks", "clip_boxes", "complement_boxes", "dilate_boxes",
-           "outline"]
+           "outline", "point_masks"]
 
 
 def canvas_size(boxes: Tensor, canvas: tuple[int, int] | None = None) -> tuple[int, int]:
@@ -138,28 +143,71 @@ def _rasterised(boxes: Tensor, rows: Tensor, count: int, canvases: Tensor, size:
     """``[count, h, w]`` bool: row ``r`` the union of the masks (pixel rule) of the boxes ``boxes [P, 4]`` with
     ``rows[p] == r``, each on its canvas ``canvases [P, 2] = (H, W)``; a row none of whose boxes holds a pixel centre
     gets the pixels of its boxes' centres instead (the tiny-box rule of the module docstring)."""
-    h, w = size
-    # canvas units per mask pixel and back, each rounded once to float32 (the arithmetic of one box at a time)
-    to_canvas = (canvases.double() / torch.tensor([h, w], dtype=torch.float64)).float()  # [P, 2]
-    scale = (torch.tensor([h, w], dtype=torch.float64) / canvases.double()).float()
-    xs = (torch.arange(w) + 0.5)[None, :] * to_canvas[:, 1:]  # [P, w]: pixel centres in canvas units
-    ys = (torch.arange(h) + 0.5)[None, :] * to_canvas[:, :1]
+    xs, ys = _pixel_centres(canvases, size)
     in_x = (xs >= boxes[:, 0:1]) & (xs < boxes[:, 2:3])
     in_y = (ys >= boxes[:, 1:2]) & (ys < boxes[:, 3:4])
     per_box = in_y[:, :, None] & in_x[:, None, :]  # [P, h, w]
-    cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
-    valid = ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]) & (cx >= 0) & (cx < canvases[:, 1])
-             & (cy >= 0) & (cy < canvases[:, 0]))
-    centre_rows = (cy * scale[:, 0]).long().clamp(max=h - 1)
-    centre_cols = (cx * scale[:, 1]).long().clamp(max=w - 1)
-    centre = ((torch.arange(h)[None, :] == centre_rows[:, None])[:, :, None]
-              & (torch.arange(w)[None, :] == centre_cols[:, None])[:, None, :] & valid[:, None, None])
+    centres = torch.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], 1)
+    solid = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+    masks = _union(per_box, rows, count)
+    return torch.where(masks.flatten(1).any(1)[:, None, None], masks,
+                       _union(_own_pixels(centres, canvases, size) & solid[:, None, None], rows, count))
 
-    def union(per: Tensor) -> Tensor:
-        return torch.zeros(count, h * w).index_add_(0, rows, per.flatten(1).float()).view(count, h, w) > 0
 
-    masks = union(per_box)
-    return torch.where(masks.flatten(1).any(1)[:, None, None], masks, union(centre))
+def _pixel_centres(canvases: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """The centres of the pixels of an ``(h, w)`` mask in canvas units, ``xs [P, w]`` and ``ys [P, h]``, on the
+    canvases ``[P, 2] = (H, W)``; canvas units per mask pixel are rounded once to float32 (the arithmetic of one box
+    at a time)."""
+    h, w = size
+    to_canvas = (canvases.double() / torch.tensor([h, w], dtype=torch.float64)).float()  # [P, 2]
+    return (torch.arange(w) + 0.5)[None, :] * to_canvas[:, 1:], (torch.arange(h) + 0.5)[None, :] * to_canvas[:, :1]
+
+
+def _own_pixels(xy: Tensor, canvases: Tensor, size: tuple[int, int]) -> Tensor:
+    """``[P, h, w]`` bool: the mask pixel that holds each point ``xy [P, 2]`` (canvas units) inside its canvas
+    ``[P, 2] = (H, W)``; nothing for a point outside."""
+    h, w = size
+    scale = (torch.tensor([h, w], dtype=torch.float64) / canvases.double()).float()
+    inside = (xy[:, 0] >= 0) & (xy[:, 0] < canvases[:, 1]) & (xy[:, 1] >= 0) & (xy[:, 1] < canvases[:, 0])
+    rows = (xy[:, 1] * scale[:, 0]).long().clamp(0, h - 1)
+    cols = (xy[:, 0] * scale[:, 1]).long().clamp(0, w - 1)
+    return ((torch.arange(h)[None, :] == rows[:, None])[:, :, None]
+            & (torch.arange(w)[None, :] == cols[:, None])[:, None, :] & inside[:, None, None])
+
+
+def _union(per: Tensor, rows: Tensor, count: int) -> Tensor:
+    """``[count, h, w]`` bool: row ``r`` the union of the masks ``per [P, h, w]`` with ``rows[p] == r``."""
+    h, w = per.shape[-2:]
+    return torch.zeros(count, h * w).index_add_(0, rows, per.flatten(1).float()).view(count, h, w) > 0
+
+
+def point_masks(points: Sequence[Tensor], point_labels: Sequence[Tensor], targets: Tensor | Sequence[int],
+                size: tuple[int, int], radius: float, canvas: tuple[int, int]) -> Tensor:
+    """``[N, h, w]`` bool: for image ``n`` the union of the discs of its points of class ``targets[n]`` (points as
+    lists of length N of ``[P_n, 2]`` XY on the canvas ``(H, W)``, labels ``[P_n]``), with the point rule of the
+    module docstring: the pixels whose centres lie within ``radius`` canvas pixels of a point, and always the pixel
+    that holds it; a point outside the canvas covers nothing."""
+    if not radius >= 0:
+        raise ValueError(f"point radius must be >= 0 pixels, got {radius!r}")
+    if not len(points) == len(point_labels) == len(targets):
+        raise ValueError(f"got {len(points)} point lists, {len(point_labels)} label lists and {len(targets)} targets")
+    plain = [torch.as_tensor(p).as_subclass(Tensor).float().reshape(-1, 2) for p in points]
+    labels = [torch.as_tensor(lab).as_subclass(Tensor).long().reshape(-1) for lab in point_labels]
+    for i, (p, lab) in enumerate(zip(plain, labels)):
+        if len(p) != len(lab):
+            raise ValueError(f"image {i}: got {len(p)} points but {len(lab)} point labels")
+    if not len(plain):
+        return torch.zeros(0, *size, dtype=torch.bool)
+    counts = torch.tensor([len(p) for p in plain])
+    owners = torch.repeat_interleave(torch.arange(len(plain)), counts)
+    members = (torch.cat(labels) == torch.as_tensor(targets).long().reshape(-1)[owners]).nonzero()[:, 0]
+    xy, rows = torch.cat(plain)[members], owners[members]
+    canvases = torch.tensor([canvas]).expand(len(xy), 2)
+    xs, ys = _pixel_centres(canvases, size)
+    near = ((xs[:, None, :] - xy[:, 0, None, None]).square() + (ys[:, :, None] - xy[:, 1, None, None]).square()
+            <= radius ** 2)
+    inside = (xy[:, 0] >= 0) & (xy[:, 0] < canvas[1]) & (xy[:, 1] >= 0) & (xy[:, 1] < canvas[0])
+    return _union((near & inside[:, None, None]) | _own_pixels(xy, canvases, size), rows, len(plain))
 
 
 def outline(box: Sequence[float]) -> tuple[float, float, float, float]:

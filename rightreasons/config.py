@@ -27,7 +27,7 @@ from .errors import ConfigError
 
 __all__ = ["FieldError", "MAX_DEPTH", "MAX_SEED", "apply_overrides", "construct", "convert_arguments", "diff_configs",
            "excerpt", "expect", "from_dict", "load_config", "read_config", "read_yaml", "to_dict", "type_name",
-           "yaml_value"]
+           "yaml_document", "yaml_value"]
 
 T = TypeVar("T")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -297,6 +297,12 @@ def yaml_value(value: Any) -> str:
     """``value`` as the YAML text that ``key=value`` overrides parse back to the same value (one line)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip()
     return text[:-3].strip() if text.endswith("\n...") else text
+
+
+def yaml_document(value: Any) -> str:
+    """``value`` (a plain config dict) as block YAML, keys in their order, that :func:`read_config` reads back to the
+    same value (``--print-config``)."""
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=math.inf)
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:

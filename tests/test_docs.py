@@ -9,7 +9,9 @@ import types
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
+import rightreasons.apps.tasks  # noqa: F401  (the built-in tasks, registered before any block copies the registry)
 from rightreasons.engine import task as task_registry
 from rightreasons.models import registry
 
@@ -45,6 +47,34 @@ def test_the_block_runs(name, index, code, tmp_path, monkeypatch):
     module = types.ModuleType(f"docs_block_{index}")  # a real module, as a script is (dataclasses look it up)
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, f"{name} python block {index}", "exec"), module.__dict__)
+    if name.startswith("docs/gallery/"):  # a gallery example draws the figure its page shows, at the committed size
+        stem = Path(name).stem
+        committed = GALLERY / "figures" / f"{stem}.png"
+        if f"](figures/{stem}.png)" in (ROOT / name).read_text(encoding="utf-8"):
+            with Image.open(tmp_path / f"{stem}.png") as drawn, Image.open(committed) as shown:
+                assert drawn.size == shown.size, (drawn.size, shown.size)
+
+
+GALLERY = ROOT / "docs" / "gallery"
+
+
+def test_the_gallery_pages_each_run_one_example_and_show_its_committed_figure():
+    """Each gallery page holds one Python block; a page that shows ``figures/<page>.png`` commits it (small), and
+    scripts/gallery_figures.py draws it from that block (tests/test_docs.py runs the block and compares sizes)."""
+    pages = sorted(page for page in GALLERY.glob("*.md") if page.name != "index.md")
+    assert len(pages) >= 5
+    index = (GALLERY / "index.md").read_text(encoding="utf-8")
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert len(BLOCK.findall(text)) == 1, page.name
+        assert f"]({page.name})" in index, page.name  # listed on the gallery's first page
+        shown = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)
+        assert shown, f"{page.name} shows no figure"
+        if f"figures/{page.stem}.png" in shown:
+            figure = GALLERY / "figures" / f"{page.stem}.png"
+            assert figure.is_file() and figure.stat().st_size < 300_000, page.name
+    committed = {figure.stem for figure in (GALLERY / "figures").glob("*.png")}
+    assert committed <= {page.stem for page in pages}  # no figure without its example
 
 
 CITED = re.compile(r"(?<![\w/.])((?:configs|docs|scripts|rightreasons|tests)/[\w./-]*\w(?:\.(?:py|md|yaml))?)")

@@ -78,8 +78,12 @@ def test_the_site_builds_strictly_with_api_pages_from_the_docstrings(tmp_path):
     assert figures and figures <= shown, sorted(figures - shown)  # every committed figure is on a page
     home = (site / "index.html").read_text(encoding="utf-8")
     assert '<img alt="' in home  # a picture on the home page
-    for study in ("studies/guidance", "studies/bcosification"):
+    for study in ("studies/demo", "studies/guidance", "studies/bcosification", "studies/e2kd", "robustness"):
         assert '<img alt="' in (site / study / "index.html").read_text(encoding="utf-8"), study
+    committed = [*(ROOT / "docs" / "figures").glob("*.png"), *(ROOT / "docs" / "gallery" / "figures").glob("*.png")]
+    assert [str(f.relative_to(ROOT)) for f in committed if f.stat().st_size >= 300_000] == []  # small figures
+    gallery = {figure.name for figure in (ROOT / "docs" / "gallery" / "figures").glob("*.png")}
+    assert gallery <= shown, sorted(gallery - shown)  # and every gallery figure is on its page
     science = (site / "science" / "index.html").read_text(encoding="utf-8")
     assert science.count('class="arithmatex"') >= 20  # formulas, typeset by MathJax, not code font
     assert (site / "javascripts" / "mathjax" / "tex-svg.js").stat().st_size > 1_000_000

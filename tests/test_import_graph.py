@@ -24,6 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rightreasons"
 LAYERS: dict[str, float] = {
     "errors": -1, "version": -1, "faults": -1, "console": -1, "choices": -1,
     "fileio": 0, "model_layout": 0, "encoding": 0, "boxes": 0, "config": 0, "measure": 0, "plotting": 0.5,
+    "regions": 0.25,
     "bcos": 1,
     "models.registry": 1.5,
     "models": 2,
@@ -32,7 +33,7 @@ LAYERS: dict[str, float] = {
     "reporting": 4.5,
     "engine": 5,
     "classification": 6,
-    "guidance": 7, "distill": 7, "robustness": 7.5, "viewer": 7.5,
+    "guidance": 7, "distill": 7, "robustness": 7.5, "viewer": 7.5, "judging": 7.5,
     "apps": 8,
     "__main__": 9, "": 8,  # "" is the package itself (the public API facade)
 }

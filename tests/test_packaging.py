@@ -1,4 +1,5 @@
-"""A built wheel holds every subpackage and the shipped configs (as the package data of `rightreasons.configs`)."""
+"""A built wheel holds every subpackage, the shipped configs (as the package data of `rightreasons.configs`) and
+`py.typed` (PEP 561: type checkers read the package's hints)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_the_package_list_names_every_subpackage():
         "add the new subpackage to [tool.setuptools] packages in pyproject.toml"
 
 
-def test_the_wheel_contains_the_configs(tmp_path):
+def test_the_wheel_contains_the_configs_and_py_typed(tmp_path):
     source = tmp_path / "source"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     for part in ("rightreasons", "configs"):
@@ -38,5 +39,5 @@ def test_the_wheel_contains_the_configs(tmp_path):
                if p.suffix in (".yaml", ".md")}
     assert shipped and shipped <= names, sorted(shipped - names)[:10]
     for module in ("rightreasons/apps/cli/__init__.py", "rightreasons/data/prepare/__init__.py",
-                   "rightreasons/console.py"):
+                   "rightreasons/console.py", "rightreasons/py.typed"):
         assert module in names

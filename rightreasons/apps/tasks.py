@@ -61,7 +61,7 @@ def trained_config(artifact: RunArtifact, overrides: list[str] | None = None) ->
 def _validation_data(config: TrainConfig) -> Any:
     """The validation split of the data ``config`` trained on (a checkpoint's classes are its classes)."""
     data = config.data
-    return load_dataset(data.name, data.root, data.val_split, **data.options)
+    return load_dataset(data.name, data.root, data.val_split, **data.options_for(data.val_split))
 
 
 def trained_architecture(artifact: RunArtifact) -> tuple[str, dict[str, Any]] | None:
@@ -78,9 +78,10 @@ def load_trained(path: str | Path | RunArtifact, what: str = "--checkpoint") -> 
     """The model that a run artefact holds (a run directory, its model file or a checkpoint directory:
     :func:`~rightreasons.engine.artifacts.locate_artifact`; or the artefact located already) and the config it was
     trained with (``None`` for a bare model file). A checkpoint's architecture comes from the config, its classes
-    from the validation data."""
+    from the validation data. The model is in evaluation mode: a forward pass never moves its BatchNorm statistics
+    (an export that explains a few images writes the run's weights, not weights those images changed)."""
     artifact = path if isinstance(path, RunArtifact) else locate_artifact(path, what)
     config = trained_config(artifact)
     if artifact.architecture_in_file:
-        return load_model(artifact.weights), config
-    return classification.trained_model(config, artifact, _validation_data(config)), config
+        return load_model(artifact.weights).eval(), config
+    return classification.trained_model(config, artifact, _validation_data(config)).eval(), config

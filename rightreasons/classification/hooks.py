@@ -1,9 +1,12 @@
 """What a classifier's training adds to the engine's loop (:class:`~rightreasons.engine.Hook`): the B ramp of
-B-cosified models and colour explanations of validation images."""
+B-cosified models and colour explanations of validation images (:func:`explanation_figures`, which a model card's
+figures use too)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -17,7 +20,7 @@ from ..metrics.evaluation import is_multilabel
 from ..models.bcosify import BRamp
 from .loss import class_probabilities, resolve_classification_loss
 
-__all__ = ["BRampHook", "ExplanationImages"]
+__all__ = ["BRampHook", "ExplanationImages", "explanation_figures"]
 
 
 class BRampHook(Hook):
@@ -37,6 +40,23 @@ class BRampHook(Hook):
         self.ramp.apply(model, step)
 
 
+def explanation_figures(model: nn.Module, images: Tensor, batch: Mapping[str, Any], folder: Path,
+                        link: Literal["bce", "ce"], classes: Sequence[str] | None = None) -> list[Path]:
+    """Colour explanation figures (:func:`~rightreasons.explain.save_explanation`) of a collated ``batch`` whose
+    ``images`` are on the model's device, into ``folder/<index>-<id>.png``: each image's first true class explained,
+    with that class's boxes, titled with its name, its probability through ``link`` and the prediction."""
+    e = explain(model, images, target=batch["labels"].argmax(1).to(images.device))
+    probabilities = class_probabilities(e.logits, link)
+    paths = []
+    for i in range(len(images)):
+        target = int(e.target[i])
+        boxes = batch["boxes"][i].as_subclass(Tensor)[torch.as_tensor(batch["box_labels"][i]) == target]
+        paths.append(save_explanation(folder / f"{i:02d}-{batch['id'][i]}.png", images[i].cpu(), e.weights[i].cpu(),
+                                      title=prediction_caption(probabilities[i], target, classes, e.logits[i]),
+                                      boxes=boxes.cpu()))
+    return paths
+
+
 class ExplanationImages(Hook):
     """After each validation, colour explanations of the first ``count`` validation images (``eval.num_images``;
     B-cos models) into ``<output_dir>/explanations/step-<step>/``: the image with the boxes of the explained class,
@@ -54,19 +74,9 @@ class ExplanationImages(Hook):
             return
         model = trainer.bare_model.eval()
         batch = collate([val_set[i] for i in range(count)])
-        images = batch["image"].to(trainer.accelerator.device)
-        e = explain(model, images, target=batch["labels"].argmax(1).to(images.device))
-        probabilities = class_probabilities(e.logits, resolve_classification_loss(self.loss, True,
-                                                                                  is_multilabel(val_set)))
-        folder = trainer.output_dir / "explanations" / f"step-{step:06d}"
-        classes = getattr(val_set, "classes", None)
-        pictures = {}
-        for i in range(count):
-            target = int(e.target[i])
-            boxes = batch["boxes"][i].as_subclass(Tensor)[torch.as_tensor(batch["box_labels"][i]) == target]
-            path = save_explanation(folder / f"{i:02d}-{batch['id'][i]}.png", images[i].cpu(), e.weights[i].cpu(),
-                                    title=prediction_caption(probabilities[i], target, classes, e.logits[i]),
-                                    boxes=boxes.cpu())
-            pictures[f"explanations/{path.stem}"] = np.asarray(open_image(path, max_pixels=None))
-        trainer.log_images(pictures, step)
+        paths = explanation_figures(model, batch["image"].to(trainer.accelerator.device), batch,
+                                    trainer.output_dir / "explanations" / f"step-{step:06d}",
+                                    resolve_classification_loss(self.loss, True, is_multilabel(val_set)),
+                                    getattr(val_set, "classes", None))
+        trainer.log_images({f"explanations/{p.stem}": np.asarray(open_image(p, max_pixels=None)) for p in paths}, step)
         model.train()

@@ -38,6 +38,8 @@ class TrainingRun:
         checkpoint: weights to start from (a model file, a finished run's directory or any layout
             :func:`rightreasons.load_weights` reads), e.g. the baseline a guided fine-tuning starts from.
         data, data_root, data_options: the dataset (``load_dataset`` name, root and options).
+        data_split_options: a split's own options over ``data_options`` (``data.split_options``), e.g. the test
+            split a recipe scores, so that ``evaluate`` scores the same images.
         image_size, batch_size, crop_scale, epochs, lr, optimizer: the schedule.
         uniform_off_labels: BCE with off-labels at ``1/C`` (:class:`~rightreasons.classification.LossConfig`).
         annotated_fraction: share of training images that keep their boxes.
@@ -54,6 +56,7 @@ class TrainingRun:
     data: str = "synthetic-birds"
     data_root: str | None = None
     data_options: dict[str, Any] = field(default_factory=dict)
+    data_split_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     image_size: int = 64
     batch_size: int = 64
     crop_scale: list[float] = field(default_factory=lambda: list(RECIPE_CROP_SCALE))
@@ -75,7 +78,8 @@ class TrainingRun:
                                key="model"),
             "data": construct(DataConfig, self.data, self.data_root, image_size=self.image_size,
                               batch_size=self.batch_size, annotated_fraction=self.annotated_fraction,
-                              crop_scale=list(self.crop_scale), options=dict(self.data_options), key="data"),
+                              crop_scale=list(self.crop_scale), options=dict(self.data_options),
+                              split_options={k: dict(v) for k, v in self.data_split_options.items()}, key="data"),
             "optim": construct(OptimConfig, self.optimizer, lr=self.lr, schedule="cosine", epochs=self.epochs,
                                key="optim"),
             "loss": LossConfig(uniform_off_labels=self.uniform_off_labels),

@@ -58,7 +58,7 @@ def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split
     """
     artifact = locate_artifact(checkpoint)
     data = config.data
-    dataset = load_dataset(data.name, data.root, split, **data.options)
+    dataset = load_dataset(data.name, data.root, split, **data.options_for(split))
     model = trained_model(config, artifact, dataset)
     method, layer = config.localization(capabilities(model).bcos)
     recorded = recorded_input(model)

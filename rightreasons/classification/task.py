@@ -64,8 +64,8 @@ class ClassificationTask(Task):
         objectives (:meth:`validation_objectives`)."""
         config, data = self.config, self.config.data
         train_set = load_dataset(data.name, data.root, data.train_split, annotated_fraction=data.annotated_fraction,
-                                 annotation_seed=config.seed, **data.options)
-        self.val_set = load_dataset(data.name, data.root, data.val_split, **data.options)
+                                 annotation_seed=config.seed, **data.options_for(data.train_split))
+        self.val_set = load_dataset(data.name, data.root, data.val_split, **data.options_for(data.val_split))
         self.objectives = self.validation_objectives(self.val_set)
         return train_set, self.val_set
 

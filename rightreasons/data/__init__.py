@@ -23,6 +23,7 @@ from .coco import COCO_SPLITS, COCO2014, HOLDOUT_SPLIT
 from .coco_json import COCO_JSON_SPLITS, CocoJson
 from .errors import BoxWarning, DataError
 from .folder import FOLDER_SPLITS, FolderDataset
+from .geometry import Points, SegmentationMask
 from .imagenet import ImageNet
 from .sample import collate, make_sample
 from .synthetic import SPLITS as SYNTHETIC_SPLITS
@@ -35,8 +36,8 @@ from .waterbirds import GROUP_NAMES, WATERBIRDS_SPLITS, Waterbirds100
 __all__ = ["BOX_POLICIES", "COMMON_OPTIONS", "DATASETS", "DATASET_SPLITS", "GROUP_NAMES", "VOC_CLASSES",
            "AnnotatedDataset",
            "AttachExplanations", "BoxWarning", "COCO2014", "CocoJson", "DataError", "ExplanationMap", "FolderDataset",
-           "ImageNet", "Records",
-           "SanitizeBoxes", "SyntheticConfig", "VOC2007", "Waterbirds100", "annotated_count", "base_view",
+           "ImageNet", "Points", "Records",
+           "SanitizeBoxes", "SegmentationMask", "SyntheticConfig", "VOC2007", "Waterbirds100", "annotated_count", "base_view",
            "check_boxes", "collate", "default_test_split", "eval_transform", "generate", "load_dataset",
            "load_synthetic", "make_sample", "register_dataset", "select_annotated", "train_transform", "transforms_for",
            "write_synthetic"]

@@ -30,7 +30,7 @@ from .options import require_int, require_number
 from .sample import make_sample
 from .transforms import takes_uint8
 
-__all__ = ["AnnotatedDataset", "Records"]
+__all__ = ["AnnotatedDataset", "Records", "check_points"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,9 @@ class Records:
     ``box_offsets [N + 1]`` (boxes of image i are rows ``box_offsets[i]:box_offsets[i + 1]``), ``boxes [M, 4]``
     float32 XYXY pixels, ``box_labels [M]`` int64, optional ``groups [N]`` int64, ``mask_files [N]`` str
     (``""`` where an image has no segmentation) and ``sizes [N, 2]`` int64, the ``(H, W)`` an annotation file declares
-    for each image (VOC's ``<size>``, COCO's ``height``/``width``), which its boxes were checked against.
+    for each image (VOC's ``<size>``, COCO's ``height``/``width``), which its boxes were checked against; optional
+    ``point_offsets [N + 1]``, ``points [P, 2]`` float32 XY pixels and ``point_labels [P]`` int64 (one click per
+    object), for datasets whose annotations hold points.
     """
 
     ids: np.ndarray
@@ -53,12 +55,17 @@ class Records:
     groups: np.ndarray | None = None
     mask_files: np.ndarray | None = None
     sizes: np.ndarray | None = None
+    point_offsets: np.ndarray | None = None
+    points: np.ndarray | None = None
+    point_labels: np.ndarray | None = None
 
     @classmethod
     def build(cls, ids: Sequence[str], files: Sequence[str], labels: np.ndarray, boxes: Sequence[np.ndarray],
               box_labels: Sequence[np.ndarray], groups: Sequence[int] | None = None,
-              mask_files: Sequence[str] | None = None, sizes: Sequence[tuple[int, int]] | None = None) -> Records:
-        """From per-image lists: ``boxes[i] [B_i, 4]`` and ``box_labels[i] [B_i]``."""
+              mask_files: Sequence[str] | None = None, sizes: Sequence[tuple[int, int]] | None = None,
+              points: Sequence[np.ndarray] | None = None, point_labels: Sequence[np.ndarray] | None = None) -> Records:
+        """From per-image lists: ``boxes[i] [B_i, 4]`` and ``box_labels[i] [B_i]``; ``points[i] [P_i, 2]`` and
+        ``point_labels[i] [P_i]`` or None for a dataset without points."""
         counts = np.array([len(b) for b in boxes], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         flat_boxes = np.concatenate([np.asarray(b, np.float32).reshape(-1, 4) for b in boxes]) if len(boxes) \
@@ -70,7 +77,8 @@ class Records:
                       box_labels=flat_labels,
                       groups=None if groups is None else np.asarray(groups, dtype=np.int64),
                       mask_files=None if mask_files is None else np.array(mask_files, dtype=str),
-                      sizes=None if sizes is None else np.asarray(sizes, dtype=np.int64).reshape(-1, 2))
+                      sizes=None if sizes is None else np.asarray(sizes, dtype=np.int64).reshape(-1, 2),
+                      **({} if points is None else _flat_points(points, point_labels)))
         unique, counts = np.unique(records.ids, return_counts=True)
         if (counts > 1).any():
             raise ValueError(f"record ids must be unique; {unique[counts > 1][0]!r} occurs {counts.max()} times")
@@ -83,6 +91,35 @@ class Records:
         """``boxes [B, 4]`` and ``box_labels [B]`` of image i."""
         lo, hi = self.box_offsets[i], self.box_offsets[i + 1]
         return self.boxes[lo:hi], self.box_labels[lo:hi]
+
+    def points_of(self, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``points [P, 2]`` and ``point_labels [P]`` of image i, or None for a dataset without points."""
+        if self.points is None:
+            return None
+        lo, hi = self.point_offsets[i], self.point_offsets[i + 1]
+        return self.points[lo:hi], self.point_labels[lo:hi]
+
+
+def _flat_points(points: Sequence[np.ndarray], labels: Sequence[np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The ``point_offsets``, ``points`` and ``point_labels`` columns of :class:`Records` from per-image lists."""
+    if labels is None or len(labels) != len(points):
+        raise ValueError(f"got {len(points)} point lists but {None if labels is None else len(labels)} label lists")
+    return {"point_offsets": np.concatenate([[0], np.cumsum([len(p) for p in points])]).astype(np.int64),
+            "points": np.concatenate([np.zeros((0, 2), np.float32),
+                                      *(np.asarray(p, np.float32).reshape(-1, 2) for p in points)]),
+            "point_labels": np.concatenate([np.zeros(0, np.int64),
+                                            *(np.asarray(lab, np.int64).reshape(-1) for lab in labels)])}
+
+
+def check_points(points: np.ndarray, canvas_size: tuple[int, int], source: str) -> None:
+    """Refuse a point ``[P, 2]`` XY outside the image ``[0, W] × [0, H]`` with a :class:`DataError` naming ``source``
+    and the point."""
+    h, w = canvas_size
+    outside = ~((points[:, 0] >= 0) & (points[:, 0] <= w) & (points[:, 1] >= 0) & (points[:, 1] <= h))
+    if outside.any():
+        x, y = (float(v) for v in points[outside][0])
+        raise DataError(f"{source}: point ({x:g}, {y:g}) lies outside the image of {w} × {h} pixels (W × H); points "
+                        "are XY pixels of the image as viewers show it (EXIF orientation applied)")
 
 
 class AnnotatedDataset(Dataset):
@@ -234,13 +271,20 @@ class AnnotatedDataset(Dataset):
             boxes = dilate_boxes(boxes, self.box_dilation, (h, w))
         mask = self.load_mask(index)
         if mask is not None and tuple(mask.shape) != (h, w):
+            turned = ("; it is the image's size turned by 90°: the image is read with its EXIF orientation applied, "
+                      "so its mask must be drawn on the image as viewers show it"
+                      if tuple(mask.shape) == (w, h) else "")
             raise DataError(f"{where(self.source(index), record)}: segmentation mask of size {tuple(mask.shape)} "
-                            f"does not match the image size {(h, w)}")
+                            f"does not match the image size {(h, w)}{turned}")
         group = None if self.records.groups is None else int(self.records.groups[index])
+        points = self.records.points_of(index)
+        if points is not None:
+            check_points(points[0], (h, w), where(self.source(index), record))
+            points = tuple(torch.from_numpy(np.array(p if has_boxes else p[:0])) for p in points)
         return make_sample(image, torch.from_numpy(self.records.labels[index].astype(np.float32)), boxes,
                            torch.from_numpy(np.asarray(box_labels, dtype=np.int64)),
                            has_boxes=has_boxes, id=str(self.records.ids[index]), mask=mask,
-                           group=group, keep_uint8=keep_uint8)
+                           group=group, keep_uint8=keep_uint8, points=points)
 
     def load_checked(self, index: int, *, keep_uint8: bool = False) -> dict[str, Any]:
         """Sample ``index`` before the transform (:meth:`load`), anything that goes wrong raised as a

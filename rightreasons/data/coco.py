@@ -41,7 +41,7 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
 from .annotations import random_subset
-from .base import AnnotatedDataset, Records
+from .base import AnnotatedDataset, Records, check_points
 from .box_policy import check_boxes
 from ..errors import UsageError
 from .errors import DataError
@@ -160,7 +160,9 @@ class CocoIndex:
     """The images of a COCO file that a split keeps, in increasing image id: ``ids``, ``files`` (relative to the
     image folder), ``labels[i] [K]`` bool, ``boxes[i] [B_i, 4]`` XYXY pixels with ``box_labels[i] [B_i]``, ``sizes[i]``
     ``(H, W)`` and ``segments[i]``, the ``(value, compressed RLE)`` of each of its masks in file order (value ``k + 1``
-    for class k, :data:`VOID` for a crowd region under ``crowd="label"``; empty unless indexed with ``masks``)."""
+    for class k, :data:`VOID` for a crowd region under ``crowd="label"``; empty unless indexed with ``masks``);
+    ``points[i] [P_i, 2]`` XY with ``point_labels[i] [P_i]``, the labelled ``keypoints`` (visibility > 0) of its
+    annotations."""
 
     classes: list[str]
     ids: list[str] = field(default_factory=list)
@@ -170,17 +172,24 @@ class CocoIndex:
     box_labels: list[np.ndarray] = field(default_factory=list)
     sizes: list[tuple[int, int]] = field(default_factory=list)
     segments: list[list[tuple[int, dict]]] = field(default_factory=list)
+    points: list[np.ndarray] = field(default_factory=list)
+    point_labels: list[np.ndarray] = field(default_factory=list)
 
     def held_out(self, holdout: int | float, seed: int, held: bool) -> CocoIndex:
         """The images ``holdout`` holds out with ``seed`` (``held``) or the others (:func:`holdout_count`)."""
         chosen = random_subset(len(self.ids), holdout_count(len(self.ids), holdout), seed)
         kept = [k for k in range(len(self.ids)) if chosen[k] == held]
         return CocoIndex(self.classes, *([column[k] for k in kept] for column in (
-            self.ids, self.files, self.labels, self.boxes, self.box_labels, self.sizes, self.segments)))
+            self.ids, self.files, self.labels, self.boxes, self.box_labels, self.sizes, self.segments, self.points,
+            self.point_labels)))
 
     def records(self) -> Records:
+        """The :class:`Records` of the index; with points when any annotation has a labelled keypoint."""
+        pointed = any(len(p) for p in self.points)
         return Records.build(self.ids, self.files, np.array(self.labels, bool).reshape(-1, len(self.classes)),
-                             self.boxes, self.box_labels, sizes=self.sizes)
+                             self.boxes, self.box_labels, sizes=self.sizes,
+                             points=self.points if pointed else None,
+                             point_labels=self.point_labels if pointed else None)
 
 
 def index_coco(coco: COCO, ann_path: Path, cat_ids: list[int], crowd: str, include_unannotated: bool,
@@ -202,7 +211,7 @@ def index_coco(coco: COCO, ann_path: Path, cat_ids: list[int], crowd: str, inclu
         file_name = relative_path(_field(img, "file_name", ann_path, what), f"{ann_path}: {what}")
         canvas = (_dimension(img, "height", ann_path, what), _dimension(img, "width", ann_path, what))
         label = np.zeros(len(cat_ids), dtype=bool)
-        b, bl, names, segments = [], [], [], []
+        b, bl, names, segments, points, point_labels = [], [], [], [], [], []
         for ann in coco.imgToAnns.get(img_id, []):
             ann_what = f"annotation {ann.get('id')} of image {img_id}"
             cat = ann["category_id"]  # an id of a category: load_coco checked
@@ -217,6 +226,9 @@ def index_coco(coco: COCO, ann_path: Path, cat_ids: list[int], crowd: str, inclu
                 segments.append((VOID if is_crowd and crowd == "label" else contiguous[cat] + 1, rle))
             if is_crowd and crowd == "label":
                 continue
+            clicks = _keypoints(ann.get("keypoints", []), canvas, f"{ann_path}: {ann_what}")
+            points.append(clicks)
+            point_labels.append(np.full(len(clicks), contiguous[cat], np.int64))
             bbox = _field(ann, "bbox", ann_path, ann_what)
             numbers = [_as_float(v) for v in bbox] if isinstance(bbox, list) else []
             if len(numbers) != 4 or None in numbers:
@@ -231,9 +243,23 @@ def index_coco(coco: COCO, ann_path: Path, cat_ids: list[int], crowd: str, inclu
                                     box_policy, f"{ann_path}: {file_name}", names)
         for column, value in ((index.ids, str(img_id)), (index.files, file_name), (index.labels, label),
                               (index.boxes, b_arr), (index.box_labels, bl_arr), (index.sizes, canvas),
-                              (index.segments, segments)):
+                              (index.segments, segments),
+                              (index.points, np.concatenate([np.zeros((0, 2), np.float32), *points])),
+                              (index.point_labels, np.concatenate([np.zeros(0, np.int64), *point_labels]))):
             column.append(value)
     return index
+
+
+def _keypoints(keypoints: object, canvas: tuple[int, int], what: str) -> np.ndarray:
+    """An annotation's ``keypoints`` ``[x1, y1, v1, x2, y2, v2, ...]`` as the labelled points ``[P, 2]`` XY
+    (visibility ``v > 0``); a point outside the image is an error naming ``what``."""
+    numbers = [_as_float(v) for v in keypoints] if isinstance(keypoints, list) else [None]
+    if None in numbers or len(numbers) % 3:
+        raise DataError(f"{what}: keypoints {str(keypoints)[:80]} is not a flat list of numbers x1, y1, v1, x2, ...")
+    triples = np.array(numbers, np.float32).reshape(-1, 3)
+    labelled = triples[triples[:, 2] > 0, :2]
+    check_points(labelled, canvas, f"{what}: keypoints")
+    return labelled
 
 
 def _segment_rle(segmentation: object, canvas: tuple[int, int], what: str) -> dict | None:

@@ -15,13 +15,15 @@ Rows — of the labels file, or of ``annotations`` beside either layout — are 
 
 * ``image``: the image file, relative to ``root``; ``class``: a class name;
 * ``x1, y1, x2, y2`` (optional): a box of that class, XYXY pixels of the image as viewers show it (EXIF applied);
+* ``x, y`` (optional): a point on an object of that class (a click), in the same pixels; the sample's ``points``
+  (:mod:`rightreasons.regions` turns them into discs);
 * ``mask`` (optional): a single-channel PNG of the image's size, relative to ``root``, non-zero on that object; the
   sample's ``mask [H, W]`` is 0 background and ``k + 1`` on the objects of class k (later rows paint over earlier);
 * ``split`` (labels file only).
 
-A row of ``annotations`` must name an image of the dataset and one of its labels; other fields are errors (points are
-not read yet). Ids are the image paths relative to ``root``. ``holdout`` (a number of images or a fraction) holds out
-part of ``train`` with ``holdout_seed`` as split ``val`` where the dataset has no ``val`` of its own.
+A row of ``annotations`` must name an image of the dataset and one of its labels; other fields are errors. Ids are the
+image paths relative to ``root``. ``holdout`` (a number of images or a fraction) holds out part of ``train`` with
+``holdout_seed`` as split ``val`` where the dataset has no ``val`` of its own.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from .options import require_int
 __all__ = ["FIELDS", "FOLDER_SPLITS", "IMAGE_SUFFIXES", "FolderDataset", "read_rows"]
 
 FOLDER_SPLITS = ("train", "val", "test")
-FIELDS = ("image", "class", "x1", "y1", "x2", "y2", "mask", "split")
+FIELDS = ("image", "class", "x1", "y1", "x2", "y2", "x", "y", "mask", "split")
 """The fields of a row; ``split`` only in a labels file."""
 IMAGE_SUFFIXES = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 """The files of class sub-folders that are images (in any case)."""
@@ -92,6 +94,17 @@ def _box(row: dict[str, str], where: str, box_policy: str) -> np.ndarray | None:
     return kept[0] if len(kept) else None
 
 
+def _point(row: dict[str, str], where: str) -> np.ndarray | None:
+    """The row's point ``[2]`` XY, or None where it has none."""
+    values = [row["x"], row["y"]]
+    if not any(values):
+        return None
+    try:
+        return np.array([float(v) for v in values], np.float32)
+    except ValueError:
+        raise DataError(f"{where}: point x, y = {values} is not two numbers") from None
+
+
 class FolderDataset(AnnotatedDataset):
     """Images in class sub-folders or named by a labels file, with optional boxes and masks; see the module
     docstring."""
@@ -117,6 +130,7 @@ class FolderDataset(AnnotatedDataset):
         index = {name: i for i, name in enumerate(classes)}
         boxes: dict[str, list] = {name: [] for name in images}
         masks: dict[str, list] = {name: [] for name in images}
+        points: dict[str, list] = {name: [] for name in images}
         for where, row in rows:
             name, k = relative_path(row["image"], where), index.get(row["class"], -1)
             if name not in images:
@@ -127,6 +141,9 @@ class FolderDataset(AnnotatedDataset):
             box = _box(row, where, box_policy)
             if box is not None:
                 boxes[name].append((box, k))
+            point = _point(row, where)
+            if point is not None:
+                points[name].append((point, k))
             if row["mask"]:
                 if len(classes) >= VOID:
                     raise DataError(f"{where}: {len(classes)} classes; masks hold at most {VOID - 1}")
@@ -139,8 +156,11 @@ class FolderDataset(AnnotatedDataset):
         label_rows = np.zeros((len(names), len(classes)), bool)
         for i, name in enumerate(names):
             label_rows[i, sorted(images[name][1])] = True
+        pointed = any(points.values())
         records = Records.build(names, names, label_rows, [np.array([b for b, _ in boxes[n]]) for n in names],
-                                [np.array([k for _, k in boxes[n]]) for n in names])
+                                [np.array([k for _, k in boxes[n]]) for n in names],
+                                points=[np.array([p for p, _ in points[n]]) for n in names] if pointed else None,
+                                point_labels=[np.array([k for _, k in points[n]]) for n in names] if pointed else None)
         self._mask_offsets = np.cumsum([0, *(len(masks[n]) for n in names)])
         self._mask_files = np.array([f for n in names for f, _ in masks[n]], dtype=str)
         self._mask_values = np.array([v for n in names for _, v in masks[n]], np.uint8)

@@ -7,8 +7,9 @@ that keep what a dataset reads inside its root.
 * Images larger than :data:`MAX_PIXELS` (or the limit given) are refused from their header, before any pixel is
   decoded: a 17 kB PNG can declare 12000 × 12000 pixels and cost gigabytes once decoded.
 * An image is read as every viewer shows it: its EXIF orientation applied (:func:`ImageOps.exif_transpose`), so that
-  boxes drawn on the displayed image land on the same pixels; the loaders compare the oriented size with the one the
-  annotation declares.
+  boxes, points and masks drawn on the displayed image land on the same pixels; the loaders compare the oriented size
+  with the one the annotation declares. A mask file is read the same way: as stored when it has no EXIF orientation
+  (PNGs of labelling tools have none: they are drawn in the displayed frame), turned when it has one.
 * An image whose longer side is more than :data:`MAX_ASPECT_RATIO` times its shorter side is refused from its header
   too: resizing its shorter side to a model's input size would make it enormous (a 2 × 20,000,000 image within the
   pixel limit asked for 6 TB).
@@ -202,7 +203,8 @@ def read_image(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> 
 
 def read_mask(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> Tensor:
     """Read a single-channel (greyscale or palette) PNG as uint8 ``[H, W]`` of stored values (palette indices for
-    VOC's ``SegmentationClass``); at most ``max_pixels`` pixels, checked before decoding."""
+    VOC's ``SegmentationClass``), turned by its EXIF orientation if it has one (as :func:`read_image`); at most
+    ``max_pixels`` pixels, checked before decoding."""
     path = require_file(path, "segmentation mask")
     try:
         with Image.open(path) as img:
@@ -212,6 +214,6 @@ def read_mask(path: str | os.PathLike, max_pixels: int | None = MAX_PIXELS) -> T
             if max_pixels is not None and img.width * img.height > max_pixels:
                 raise DataError(f"{path}: the mask has {img.width} × {img.height} pixels, more than the limit of "
                                 f"{max_pixels:,} (data.options.max_pixels)")
-            return torch.from_numpy(np.array(img, dtype=np.uint8))
+            return torch.from_numpy(np.array(_oriented(img), dtype=np.uint8))
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError) as e:
         raise DataError(f"{path}: cannot decode segmentation mask: {e}") from e

@@ -10,10 +10,14 @@ A sample is a dict:
 * ``labels``: float ``[K]`` multi-hot class labels (binary tasks use K = 2 with one-hot labels).
 * ``boxes``: ``tv_tensors.BoundingBoxes`` ``[B, 4]`` in XYXY pixels of the image (empty when ``has_boxes`` is False).
 * ``box_labels``: long ``[B]`` class of every box.
-* ``has_boxes``: bool, False for images whose boxes are withheld (limited annotations) or that have no positive label;
-  they still train the classifier.
-* ``mask`` (optional): ``tv_tensors.Mask`` uint8 ``[H, W]`` segmentation: 0 background, ``k + 1`` for class k,
-  255 void / ignore (VOC convention).
+* ``has_boxes``: bool, False for images whose annotations are withheld (limited annotations) or that have no positive
+  label; they still train the classifier, and their boxes and points are empty.
+* ``mask`` (optional): :class:`~rightreasons.data.geometry.SegmentationMask` uint8 ``[H, W]`` segmentation: 0
+  background, ``k + 1`` for class k, 255 void / ignore (VOC convention); resampled at pixel centres, so it stays on
+  the image's pixels.
+* ``points`` (optional, datasets whose annotations hold points): :class:`~rightreasons.data.geometry.Points`
+  ``[P, 2]`` XY pixels of the image (one click per object), with ``point_labels`` long ``[P]``; empty when
+  ``has_boxes`` is False.
 * ``group`` (optional): int, the Waterbirds group (see :mod:`rightreasons.data.waterbirds`) or the context of
   a synthetic multi-label image.
 * ``explanation`` (optional): :class:`rightreasons.data.transforms.ExplanationMap` float ``[C, H, W]``, a cached teacher
@@ -31,6 +35,8 @@ from torch import Tensor
 from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
 
+from .geometry import Points, SegmentationMask
+
 __all__ = ["collate", "make_sample", "to_float"]
 
 
@@ -43,9 +49,10 @@ def to_float(image: Tensor) -> Tensor:
 
 
 def make_sample(image: Tensor, labels: Tensor, boxes: Tensor, box_labels: Tensor, *, has_boxes: bool, id: str,
-                mask: Tensor | None = None, group: int | None = None, keep_uint8: bool = False) -> dict[str, Any]:
+                mask: Tensor | None = None, group: int | None = None, keep_uint8: bool = False,
+                points: tuple[Tensor, Tensor] | None = None) -> dict[str, Any]:
     """Assemble a sample from plain tensors: ``image`` uint8 or float ``[3, H, W]``, ``labels [K]``, ``boxes [B, 4]``
-    XYXY, ``box_labels [B]``, optional ``mask [H, W]`` and ``group``.
+    XYXY, ``box_labels [B]``, optional ``mask [H, W]``, ``group`` and ``points`` = (``[P, 2]`` XY, labels ``[P]``).
 
     A uint8 image becomes float (:func:`to_float`) unless ``keep_uint8`` (for a transform that takes uint8 images,
     :func:`rightreasons.data.transforms.takes_uint8`)."""
@@ -62,9 +69,12 @@ def make_sample(image: Tensor, labels: Tensor, boxes: Tensor, box_labels: Tensor
         "id": id,
     }
     if mask is not None:
-        sample["mask"] = tv_tensors.Mask(torch.as_tensor(mask, dtype=torch.uint8))
+        sample["mask"] = SegmentationMask(torch.as_tensor(mask, dtype=torch.uint8))
     if group is not None:
         sample["group"] = int(group)
+    if points is not None:
+        sample["points"] = Points(torch.as_tensor(points[0], dtype=torch.float32).reshape(-1, 2), canvas_size=(h, w))
+        sample["point_labels"] = torch.as_tensor(points[1], dtype=torch.long).reshape(-1)
     return sample
 
 
@@ -88,9 +98,10 @@ def _stack(samples: Sequence[dict[str, Any]], key: str) -> Tensor:
 
 def collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Batch samples: ``image [N, C, H, W]``, ``labels [N, K]``, ``has_boxes [N]`` bool, ``group [N]`` long and
-    ``explanation [N, C, H, W]`` are stacked; ``boxes`` (``BoundingBoxes``), ``box_labels`` and ``id`` stay lists of
-    length N (box counts vary); ``mask`` is stacked ``[N, H, W]`` when every sample has one, else a list with None
-    for the samples without (VOC has segmentations for few images)."""
+    ``explanation [N, C, H, W]`` are stacked; ``boxes`` (``BoundingBoxes``), ``box_labels``, ``points``,
+    ``point_labels`` and ``id`` stay lists of length N (counts vary; a sample without points gets none); ``mask`` is
+    stacked ``[N, H, W]`` when every sample has one, else a list with None for the samples without (VOC has
+    segmentations for few images)."""
     if not samples:
         raise ValueError("cannot collate an empty batch")
     batch: dict[str, Any] = {
@@ -101,6 +112,10 @@ def collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "has_boxes": torch.tensor([bool(s["has_boxes"]) for s in samples]),
         "id": [s["id"] for s in samples],
     }
+    if any("points" in s for s in samples):
+        batch["points"] = [s["points"] if "points" in s else torch.zeros(0, 2) for s in samples]
+        batch["point_labels"] = [s["point_labels"] if "points" in s else torch.zeros(0, dtype=torch.long)
+                                 for s in samples]
     for key in ("group", "explanation", "mask"):
         present = [key in s for s in samples]
         if not any(present):

@@ -1,8 +1,9 @@
 """Box-aware transform presets on ``torchvision.transforms.v2``, applied jointly to a sample dict.
 
 One random crop/flip moves the image, its ``boxes`` (boxes leaving the crop are removed with their ``box_labels``),
-its segmentation ``mask`` (nearest-neighbour) and a cached ``explanation`` (:class:`ExplanationMap`, resampled like
-the image) together. The last step encodes the image for the model (:func:`rightreasons.encoding.encode`: ``"bcos"``,
+its segmentation ``mask`` (nearest neighbour at pixel centres) and ``points`` (kept when cropped out of view; they then
+cover nothing, :mod:`rightreasons.boxes`) — :mod:`rightreasons.data.geometry` — and a cached ``explanation``
+(:class:`ExplanationMap`, resampled like the image) together. The last step encodes the image for the model (:func:`rightreasons.encoding.encode`: ``"bcos"``,
 ``"normalize"`` or ``"none"``); :func:`transforms_for` picks the encoding from the model's capabilities.
 
 Frozen e²KD explanations are computed on the *base view* — :func:`eval_transform`'s geometry without encoding,

@@ -56,7 +56,8 @@ def check_cache(config: DistillConfig, cache_dir: str | Path, *, num_images: int
     cache = ExplanationCache(cache_dir, verify=False)
     cache.check_setting(setting)
     data, crop_fraction = config.data, config.distill.crop_fraction
-    dataset = training_subset(load_dataset(data.name, data.root, data.train_split, **data.options), config)
+    dataset = training_subset(load_dataset(data.name, data.root, data.train_split,
+                                           **data.options_for(data.train_split)), config)
     cache.check_ids(dataset.ids)
     generator = torch.Generator().manual_seed(seed)
     rows = torch.randperm(len(dataset), generator=generator)[:num_images].tolist()

@@ -49,6 +49,8 @@ class DistillationRun:
         student, student_kwargs: the student's registry name and constructor arguments.
         data, data_root, data_options: the distillation data (``data.options``, e.g. ``{"n": 500, "size": 64}`` for
             the synthetic sets); its validation split is used during training and ``test_split`` at the end.
+        data_split_options: a split's own options over ``data_options`` (``data.split_options``), e.g. the test
+            split the demo scores, so that ``evaluate`` scores the same images.
         image_size, batch_size, crop_scale, epochs, max_steps, lr: the schedule.
         temperature: τ of the KD term.
         seed: the run's seed (data order, augmentation, student initialisation).
@@ -65,6 +67,7 @@ class DistillationRun:
     data: str = "synthetic-birds"
     data_root: str | None = None
     data_options: dict[str, Any] = field(default_factory=dict)
+    data_split_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     image_size: int = TrainingRun.image_size
     batch_size: int = DataConfig.batch_size
     crop_scale: list[float] = field(default_factory=lambda: list(CROP_SCALE))
@@ -102,7 +105,8 @@ class DistillationRun:
             teacher=TeacherConfig(checkpoint=str(self.teacher)),
             data=construct(DataConfig, self.data, self.data_root, image_size=self.image_size,
                            batch_size=self.batch_size, crop_scale=list(self.crop_scale),
-                           options=dict(self.data_options), key="data"),
+                           options=dict(self.data_options),
+                           split_options={k: dict(v) for k, v in self.data_split_options.items()}, key="data"),
             optim=construct(OptimConfig, lr=self.lr, schedule="cosine", epochs=self.epochs, key="optim"),
             eval=construct(EvalConfig, every_epochs=self.epochs, num_images=0, localization=self.localization,
                            key="eval"),

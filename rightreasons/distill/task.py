@@ -60,15 +60,17 @@ class DistillationTask(ClassificationTask):
     def eval_dataset(self, split: str, encoding: str | None = None) -> Any:
         """Split ``split`` of the validation dataset (``distill.eval_data`` or ``data``); with ``encoding``, with
         the evaluation transform for it (else without a transform)."""
-        source = self.config.distill.eval_data or self.config.data
+        eval_data, data = self.config.distill.eval_data, self.config.data
+        source, options = (eval_data, eval_data.options) if eval_data else (data, data.options_for(split))
         transform = None if encoding is None else self.eval_transform(encoding)
-        return load_dataset(source.name, source.root, split, transform=transform, **source.options)
+        return load_dataset(source.name, source.root, split, transform=transform, **options)
 
     def build_datasets(self) -> tuple[Any, Any]:
         """The training set cut to ``distill.shots`` per class, the validation set (from ``distill.eval_data`` when
         set); a cache must hold every training image."""
         config, data = self.config, self.config.data
-        train_set = training_subset(load_dataset(data.name, data.root, data.train_split, **data.options), config)
+        train_set = training_subset(load_dataset(data.name, data.root, data.train_split,
+                                                 **data.options_for(data.train_split)), config)
         eval_data = config.distill.eval_data
         val_set = self.eval_dataset(eval_data.split if eval_data else data.val_split)
         self.val_set = val_set

@@ -55,7 +55,7 @@ def cache_setting(config: DistillConfig, teacher: nn.Module, method: str) -> dic
     return {
         "teacher": {"name": args["name"], "kwargs": args["kwargs"], "weights_sha256": weights_fingerprint(teacher)},
         "data": {"name": data.name, "root": None if data.root is None else str(Path(data.root).resolve()),
-                 "split": data.train_split, "options": data.options},
+                 "split": data.train_split, "options": data.options_for(data.train_split)},
         "transform": {"image_size": data.image_size, "crop_fraction": config.distill.crop_fraction,
                       "encoding": capabilities(teacher).encoding},
         "explanation": {"method": method, "layer": layer_for(method, config.distill.explanation_layer)},
@@ -104,7 +104,7 @@ def _write_teacher_cache(config: DistillConfig, out: str | Path, state: PartialS
     transform = eval_transform(data.image_size, encoding=setting["transform"]["encoding"],
                                crop_fraction=config.distill.crop_fraction)
     dataset = training_subset(load_dataset(data.name, data.root, data.train_split, transform=transform,
-                                            **data.options), config)
+                                            **data.options_for(data.train_split)), config)
     layer = setting["explanation"]["layer"]
 
     def explainer(images: Tensor) -> tuple[Tensor, Tensor]:

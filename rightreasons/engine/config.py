@@ -67,12 +67,18 @@ class DataConfig:
     """Options of the dataset's loader (`rightreasons.data.load_dataset`, e.g. `use_difficult` for VOC, `box_file` for
     Waterbirds), except `transform`, `annotated_fraction` and `annotation_seed`, which training sets from other
     keys."""
+    split_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """A split's own loader options, merged over `options` for that split (e.g. `{test: {n: 200}}`: the test split a
+    recipe scored, which `evaluate` and `view` then score too)."""
 
     def __post_init__(self) -> None:
         expect(bool(self.name.strip()), "name", self.name, "a dataset name")
-        clash = [key for key in RESERVED_DATA_OPTIONS if key in self.options]
-        expect(not clash, "options", self.options, "dataset options other than " + ", ".join(
-            f"{key} (set by {RESERVED_DATA_OPTIONS[key]})" for key in clash))
+        _expect_loader_options("options", self.options)
+        expect(isinstance(self.split_options, dict) and all(
+            isinstance(split, str) and isinstance(options, dict) for split, options in self.split_options.items()),
+            "split_options", self.split_options, "a mapping of split names to mappings of options")
+        for split, options in self.split_options.items():
+            _expect_loader_options(f"split_options.{split}", options)
         expect(self.root is None or bool(self.root.strip()), "root", self.root, "a directory or null")
         expect(0.0 <= self.annotated_fraction <= 1.0, "annotated_fraction", self.annotated_fraction,
                "a fraction in [0, 1]")
@@ -82,6 +88,17 @@ class DataConfig:
         expect(self.num_workers >= 0, "num_workers", self.num_workers, "an integer >= 0")
         expect(len(self.crop_scale) == 2 and 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1, "crop_scale",
                self.crop_scale, "[smallest, largest] area fractions with 0 < smallest <= largest <= 1")
+
+    def options_for(self, split: str) -> dict[str, Any]:
+        """The loader options of ``split``: ``options`` with ``split_options[split]`` over them."""
+        return {**self.options, **self.split_options.get(split, {})}
+
+
+def _expect_loader_options(key: str, options: dict[str, Any]) -> None:
+    """Refuse the options training sets itself (:data:`RESERVED_DATA_OPTIONS`) under ``key``."""
+    clash = [name for name in RESERVED_DATA_OPTIONS if name in options]
+    expect(not clash, key, options, "dataset options other than " + ", ".join(
+        f"{name} (set by {RESERVED_DATA_OPTIONS[name]})" for name in clash))
 
 
 @dataclass

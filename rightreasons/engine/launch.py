@@ -25,6 +25,7 @@ import datetime
 import math
 import os
 import re
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -159,6 +160,17 @@ def same_everywhere(values: dict[str, Any], group: dist.ProcessGroup | None) -> 
                             "the same files at the same paths)")
 
 
+def _collective(error: RuntimeError) -> bool:
+    """Whether ``error`` comes from a collective: its message names gloo, or it was raised inside
+    ``torch.distributed`` or DDP (whose buffer broadcasts report a peer that stopped answering as "Application timeout
+    caused pair closure", without naming gloo)."""
+    if "gloo" in str(error).lower():
+        return True
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(f"torch{os.sep}distributed{os.sep}" in frame.filename or
+               frame.filename.endswith(os.path.join("nn", "parallel", "distributed.py")) for frame in frames[-3:])
+
+
 def unanswered(error: Exception, group: dist.ProcessGroup | None) -> TrainingError | None:
     """When ``error`` is a collective that failed — another process did not answer within :func:`process_timeout`
     (stopped, stuck) or left (failed, killed) —: the one error saying so, naming the processes that do not answer a
@@ -167,8 +179,7 @@ def unanswered(error: Exception, group: dist.ProcessGroup | None) -> TrainingErr
     chain = [error]  # the collective's own error, or a failed write's that it caused (a barrier of the checkpoint)
     while chain[-1].__cause__ is not None and len(chain) < 8:
         chain.append(chain[-1].__cause__)
-    failed = [e for e in chain if isinstance(e, dist.DistError) or
-              (isinstance(e, RuntimeError) and "gloo" in str(e).lower())]
+    failed = [e for e in chain if isinstance(e, dist.DistError) or (isinstance(e, RuntimeError) and _collective(e))]
     if not failed or not (dist.is_initialized() and dist.get_world_size() > 1):
         return None
     error, text = failed[-1], str(failed[-1])

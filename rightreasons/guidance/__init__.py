@@ -11,11 +11,11 @@
 """
 
 from .config import GuidanceConfig, GuideConfig
-from .losses import LOSSES, energy_loss, get_loss, l1_loss, ppce_loss, reduce_loss, rrr_loss
+from .losses import LOSSES, energy_loss, energy_size_loss, get_loss, l1_loss, ppce_loss, reduce_loss, rrr_loss
 from .objective import GuidanceObjective, GuidanceOutput, sample_classes
 from .recipe import DataVariant, GuidanceRecipe, GuidedRun, GuidedVariant
 from .task import GuidanceTask
 
 __all__ = ["DataVariant", "GuidanceConfig", "GuidanceObjective", "GuidanceOutput", "GuidanceRecipe", "GuidanceTask",
-           "GuideConfig", "GuidedRun", "GuidedVariant", "LOSSES", "energy_loss", "get_loss", "l1_loss", "ppce_loss",
-           "reduce_loss", "rrr_loss", "sample_classes"]
+           "GuideConfig", "GuidedRun", "GuidedVariant", "LOSSES", "energy_loss", "energy_size_loss", "get_loss",
+           "l1_loss", "ppce_loss", "reduce_loss", "rrr_loss", "sample_classes"]

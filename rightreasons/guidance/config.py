@@ -16,6 +16,7 @@ from ..classification.config import ClassificationConfig
 from ..config import expect
 from ..explain.attribution import INTGRAD_STEPS
 from ..explain.methods import MapMethodName
+from ..regions import POINT_RADIUS, RegionsName
 from .losses import GuidanceReduction, LossName
 from .objective import ExplainChoice
 
@@ -25,7 +26,7 @@ __all__ = ["GuidanceConfig", "GuideConfig"]
 @dataclass
 class GuidanceConfig:
     """The localisation term ``weight · L_loc``: ``loss`` on the attributions of ``method`` at ``layer`` against the
-    (dilated) boxes of one ground-truth class per image, reduced over the annotated images
+    region (``regions``: boxes, masks, points) of one ground-truth class per image, reduced over the annotated images
     (:mod:`rightreasons.guidance.objective`)."""
 
     method: MapMethodName = "bcos"
@@ -37,7 +38,16 @@ class GuidanceConfig:
     loss: LossName = "energy"
     """The localisation loss: `energy` (1 − EPG, the share of positive attribution outside the boxes), `l1` (L1
     distance of the normalised positive attribution to the mask), `ppce` (per-pixel cross-entropy on the mask) or
-    `rrr` (RRR*: squared attribution outside the boxes)."""
+    `rrr` (RRR*: squared attribution outside the boxes) or `energy-size` (Energy corrected for the region's size:
+    the inside share over the region's area share, clipped at 1, so a large box is not an easy target)."""
+    regions: RegionsName = "boxes"
+    """What a class's region is: `boxes` (the union of its boxes), `masks` (its pixels in the sample's segmentation
+    mask), `points` (a disc of `point_radius` around each point), `masks-else-boxes` (the mask where it holds the
+    class, else the boxes) or `union` (all three). Images whose region is empty get only the classification loss;
+    validation scores EPG and IoU against the same regions."""
+    point_radius: float = POINT_RADIUS
+    """Radius, in pixels of the model input, of the disc a point becomes (the pointing game's 15 px tolerance by
+    default)."""
     weight: float = 1e-3
     """λ, the weight of the localisation term beside the classification loss; 0 trains without guidance (a control
     run)."""
@@ -63,6 +73,7 @@ class GuidanceConfig:
         expect(bool(self.layer.strip()), "layer", self.layer, "a layer name (input, mid1-mid3, final or a module path)")
         expect(self.weight >= 0, "weight", self.weight, "a loss weight >= 0")
         expect(self.dilation >= 0, "dilation", self.dilation, "a fraction >= 0 (0.1 = 10 %)")
+        expect(self.point_radius >= 0, "point_radius", self.point_radius, "a radius >= 0 in pixels of the model input")
         expect(self.intgrad_steps >= 1, "intgrad_steps", self.intgrad_steps, "an integer >= 1")
 
 

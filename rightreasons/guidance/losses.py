@@ -1,12 +1,16 @@
-"""Localisation losses of model guidance: Energy, L1, PPCE, RRR* (thesis §7.1.4, eqs. 7.3–7.6).
+"""Localisation losses of model guidance: Energy, L1, PPCE, RRR* (thesis §7.1.4, eqs. 7.3–7.6) and the size-corrected
+Energy.
 
 Every loss takes attribution maps ``[N, H, W]`` (one class per sample, at input resolution, signed as an attribution
-method returns them) and binary masks ``[N, H, W]`` (the union of that class's boxes) and owns its preprocessing:
+method returns them) and binary masks ``[N, H, W]`` (that class's region: boxes, segmentation or points,
+:mod:`rightreasons.regions`) and owns its preprocessing:
 
 * ``A⁺ = max(A, 0)``, ``Â⁺ = A⁺ / max A⁺`` (0 where ``max A⁺ = 0``), ``Â = A / max|A|`` (0 where ``max|A| = 0``);
 * ``energy``: ``1 − Σ M·A⁺ / Σ A⁺``, ``1 − EPG``: both are computed by one kernel,
   :func:`rightreasons.metrics.energy_ratio`, which also defines the case ``Σ A⁺ ≈ 0`` (below
   :data:`~rightreasons.metrics.ENERGY_EPS` for the loss, as in the Model-Guidance release; exactly 0 for EPG);
+* ``energy-size``: ``(1 − EPG) / max(1 − a, 0.1)`` with ``a = ‖M‖₁ / HW`` the region's share of the image: the
+  share of positive evidence outside the region over the share of the image outside it (:func:`energy_size_loss`);
 * ``l1``: ``(1/HW) Σ |M − Â⁺|``;
 * ``ppce``: ``−(1/‖M‖₁) Σ M · log Â⁺`` with ``log`` floored at −100 and its derivative ``1/Â⁺`` capped at 1e12
   (both as ``torch.nn.BCELoss``, which the Model-Guidance code uses; without the cap a denormal Â⁺ overflows
@@ -32,7 +36,8 @@ from torch import Tensor
 
 from ..metrics.localization import ENERGY_EPS, energy_ratio
 
-__all__ = ["LOSSES", "GuidanceReduction", "LossName", "energy_loss", "get_loss", "l1_loss", "normalized",
+__all__ = ["LOSSES", "OUTSIDE_FLOOR", "GuidanceReduction", "LossName", "energy_loss", "energy_size_loss", "get_loss",
+           "l1_loss", "normalized",
            "normalized_positive", "ppce_loss",
            "reduce_loss", "rrr_loss"]
 
@@ -41,6 +46,8 @@ Reduction = Literal[REDUCTIONS]  # type: ignore[valid-type]
 LOG_FLOOR = -100.0
 #: smallest denominator of the derivative of PPCE's log (``torch.nn.BCELoss``'s epsilon)
 LOG_GRAD_EPS = 1e-12
+#: smallest share of the image outside the region that :func:`energy_size_loss` divides by (its weight is at most 10)
+OUTSIDE_FLOOR = 0.1
 
 
 def _check(attributions: Tensor, masks: Tensor, name: str) -> Tensor:
@@ -100,6 +107,20 @@ def energy_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mea
     return reduce_loss(1 - energy_ratio(attributions, mask, eps=ENERGY_EPS), masks, reduction, annotated)
 
 
+def energy_size_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
+                     annotated: Tensor | None = None) -> Tensor:
+    """Size-corrected Energy ``(1 − EPG) / max(1 − a, OUTSIDE_FLOOR)``, ``a = ‖M‖₁ / HW``.
+
+    A map spreading its evidence uniformly scores ``EPG = a``, so EPG and Energy reward large regions for nothing.
+    ``(EPG − a) / (1 − a)`` measures the gain over that uniform map (0 uniform, 1 all evidence inside, whatever the
+    region's size); one minus it is this loss: 1 for the uniform map at every region size. It is Energy weighted per
+    image by ``1 / (1 − a)``, so its gradient points where Energy's does (no prior inside the region); the weight is
+    capped at ``1 / OUTSIDE_FLOOR`` for regions covering nearly the whole image (docs/guide/guidance.md)."""
+    mask = _check(attributions, masks, "energy_size_loss")
+    outside = (1 - mask).flatten(1).mean(1).clamp(min=OUTSIDE_FLOOR)
+    return reduce_loss((1 - energy_ratio(attributions, mask, eps=ENERGY_EPS)) / outside, masks, reduction, annotated)
+
+
 def l1_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
             annotated: Tensor | None = None) -> Tensor:
     """L1 loss ``(1/HW) Σ |M − Â⁺|`` (eq. 7.3)."""
@@ -142,7 +163,8 @@ def rrr_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_a
 
 
 LossFn = Callable[..., Tensor]
-LOSSES: dict[str, LossFn] = {"energy": energy_loss, "l1": l1_loss, "ppce": ppce_loss, "rrr": rrr_loss}
+LOSSES: dict[str, LossFn] = {"energy": energy_loss, "energy-size": energy_size_loss, "l1": l1_loss,
+                             "ppce": ppce_loss, "rrr": rrr_loss}
 """Every localisation loss, by the name configs use."""
 LossName = Literal[tuple(LOSSES)]  # type: ignore[valid-type]
 """The type of a config field naming a localisation loss."""

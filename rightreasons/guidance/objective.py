@@ -1,7 +1,9 @@
 """The guidance objective of one training step (thesis §7.1.5): ``L = L_class + λ_loc · L_loc``, the ``L_loc`` part.
 
-Per image and step, one ground-truth class is drawn uniformly (seeded by a ``torch.Generator``); its mask is the union
-of that class's boxes (optionally dilated); images without boxes (limited annotations) get no localisation term.
+Per image and step, one ground-truth class is drawn uniformly (seeded by a ``torch.Generator``); its mask is the
+class's region (:mod:`rightreasons.regions`: its boxes, optionally dilated, its segmentation mask or its points, as
+``regions`` chooses); images whose annotations are withheld (``has_boxes`` False: limited annotations) or whose region
+for the class is empty get no localisation term.
 
 Only the annotated images are explained (``explain="annotated"``): the batch is forwarded once for the logits of the
 classification loss, then the annotated images alone are forwarded again and explained, so the second-order cost of
@@ -46,10 +48,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..bcos.norms import shared_batch_statistics, training_batch_norms, unshareable_batch_norms
 from ..bcos.sync import synchronised_batch_norms
-from ..boxes import class_masks, dilate_boxes
+from ..boxes import dilate_boxes
 from ..errors import DataError, UsageError
 from ..explain import INTGRAD_STEPS, MAP_METHOD_NAMES, CompiledStep, attribute, functional_attribute, get_method
 from ..models.capabilities import unwrap_model
+from ..regions import POINT_RADIUS, class_regions, require_regions
 from .losses import REDUCTIONS, LossFn, get_loss
 
 __all__ = ["EXPLAIN_CHOICES", "GuidanceObjective", "GuidanceOutput", "sample_classes"]
@@ -67,8 +70,10 @@ class GuidanceOutput:
         loss: the reduced localisation loss (a scalar; ``[N]`` with ``reduction="none"``), differentiable.
         logits: ``[N, K]`` the logits of the step's single forward pass (for the classification loss).
         classes: ``[N]`` the sampled ground-truth class per image.
-        masks: ``[N, H, W]`` bool, the union of the sampled class's (dilated) boxes; empty for images without boxes.
-        annotated: ``[N]`` bool, the images that contributed a localisation term (boxes and a non-empty mask).
+        masks: ``[N, H, W]`` bool, the sampled class's region (:mod:`rightreasons.regions`); empty for images
+            without one.
+        annotated: ``[N]`` bool, the images that contributed a localisation term (``has_boxes`` and a non-empty
+            region).
         attributions: ``[N, H, W]`` the attributions of the sampled classes (zeros for the images that were not
             explained: those not ``annotated`` when only the annotated images are explained); ``None`` when no image
             of the batch is annotated (then no attribution is computed and ``loss`` is 0).
@@ -112,6 +117,9 @@ class GuidanceObjective:
             the whole batch; ``"batch"`` always explains the whole batch.
         compile: the ``torch.compile`` backend of the step (``compile`` of the run; module docstring), ``"no"``:
             eager.
+        regions: what a class's region is made of (:data:`rightreasons.regions.REGIONS`: ``"boxes"``,
+            ``"masks"``, ``"points"``, ``"masks-else-boxes"``, ``"union"``).
+        point_radius: the radius, in pixels of the model input, of the disc a point becomes.
 
     ``compiled`` is the step's device part compiled whole (:class:`~rightreasons.explain.CompiledStep`; its ``fn``
     takes the bare model, the images, ``classes``, ``masks``, ``annotated`` and ``grad_scale``).
@@ -125,6 +133,8 @@ class GuidanceObjective:
     steps: int = INTGRAD_STEPS
     explain: str = "annotated"
     compile: str = "no"
+    regions: str = "boxes"
+    point_radius: float = POINT_RADIUS
 
     def __post_init__(self) -> None:
         if self.method not in MAP_METHOD_NAMES:
@@ -137,6 +147,9 @@ class GuidanceObjective:
         if not self.dilation >= 0:
             raise ValueError(f"dilation must be a fraction >= 0 (0.1 = 10 %), got {self.dilation!r}")
         get_loss(self.loss)
+        require_regions(self.regions)
+        if not self.point_radius >= 0:
+            raise ValueError(f"point_radius must be >= 0 pixels, got {self.point_radius!r}")
         self.compiled = CompiledStep(self._explained_loss, self.compile, "guided step", self.method, self.layer)
 
     @property
@@ -146,7 +159,10 @@ class GuidanceObjective:
 
     def __call__(self, model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
                  box_labels: Sequence[Tensor], has_boxes: Tensor, generator: torch.Generator | None = None, *,
-                 create_graph: bool = True, grad_scale: float | Tensor = 1.0) -> GuidanceOutput:
+                 create_graph: bool = True, grad_scale: float | Tensor = 1.0,
+                 segmentations: Tensor | Sequence[Tensor | None] | None = None,
+                 points: Sequence[Tensor] | None = None, point_labels: Sequence[Tensor] | None = None
+                 ) -> GuidanceOutput:
         """Run the step's forward pass and the localisation loss.
 
         ``labels``, ``boxes``, ``box_labels`` and ``has_boxes`` decide which class of which image is explained, and
@@ -160,11 +176,15 @@ class GuidanceObjective:
             labels: ``[N, K]`` multi-hot ground truth.
             boxes: per image, its boxes, XYXY in image pixels (``[B_n, 4]`` tensors or ``tv_tensors.BoundingBoxes``).
             box_labels: per image, the class of each box ``[B_n]``.
-            has_boxes: ``[N]`` bool, whether the image's boxes may be used (limited annotations).
+            has_boxes: ``[N]`` bool, whether the image's annotations (boxes, segmentation, points) may be used
+                (limited annotations).
             generator: seeds the class sampling (a CPU generator).
             create_graph: keep the attributions differentiable (needed to train on the loss).
             grad_scale: the loss scale of a float16 step, which seeds the explanation's backward
                 (:func:`~rightreasons.explain.attribute`).
+            segmentations: the batch's ``mask``: ``[N, H, W]``, or a list with ``None`` for images without one
+                (VOC convention, :mod:`rightreasons.data.sample`).
+            points, point_labels: per image its points ``[P_n, 2]`` XY in image pixels and their classes ``[P_n]``.
         """
         n, device = images.shape[0], images.device
         labels, has_boxes = labels.detach().cpu(), has_boxes.cpu()  # no-ops for the loader's batch (module docstring)
@@ -178,7 +198,7 @@ class GuidanceObjective:
                             "label")
         classes = sample_classes(labels, generator)
         size = tuple(images.shape[-2:])
-        masks = self.masks(boxes, box_labels, classes, has_boxes, size)
+        masks = self.masks(boxes, box_labels, classes, has_boxes, size, segmentations, points, point_labels)
         annotated = has_boxes & masks.flatten(1).any(1)
         annotated_only = self.explains_annotated_only(model, annotated)
         none = not annotated.any()
@@ -231,16 +251,23 @@ class GuidanceObjective:
         return get_method(self.method).explaining and not unshareable_batch_norms(inner)
 
     def masks(self, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], classes: Tensor, has_boxes: Tensor,
-              size: tuple[int, int]) -> Tensor:
-        """``[N, H, W]`` bool on the host: per image the union of its (dilated) boxes of ``classes[n]``, empty
-        without boxes.
+              size: tuple[int, int], segmentations: Tensor | Sequence[Tensor | None] | None = None,
+              points: Sequence[Tensor] | None = None, point_labels: Sequence[Tensor] | None = None) -> Tensor:
+        """``[N, H, W]`` bool on the host: per image its region for ``classes[n]`` (:attr:`regions`, boxes
+        dilated), empty where ``has_boxes`` is False.
 
-        Boxes are XYXY in pixels of the ``size = (H, W)`` images (see :mod:`rightreasons.boxes` for the pixel rule
-        and the dilation convention of the Model-Guidance release)."""
+        Everything is in pixels of the ``size = (H, W)`` images (see :mod:`rightreasons.boxes` for the pixel and
+        point rules and the dilation convention of the Model-Guidance release)."""
         keep = has_boxes.tolist()
-        used = [b.cpu() if k else b.cpu()[:0] for b, k in zip(boxes, keep)]
-        labels = [torch.as_tensor(lab).cpu() if k else torch.as_tensor(lab).cpu()[:0]
-                  for lab, k in zip(box_labels, keep)]
+
+        def kept(values: Sequence[Tensor]) -> list[Tensor]:
+            return [torch.as_tensor(v).cpu() if k else torch.as_tensor(v).cpu()[:0] for v, k in zip(values, keep)]
+
+        used = kept(boxes)
         if self.dilation:
             used = [dilate_boxes(b, self.dilation, size) for b in used]
-        return class_masks(used, labels, classes.cpu(), size, canvas=size)
+        if segmentations is not None:
+            segmentations = [s if k else None for s, k in zip(segmentations, keep)]
+        return class_regions(self.regions, classes.cpu(), size, used, kept(box_labels), segmentations,
+                             None if points is None else kept(points),
+                             None if point_labels is None else kept(point_labels), self.point_radius)

@@ -6,6 +6,7 @@ fine-tunings with each :class:`GuidedVariant`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from ..classification.recipe import RECIPE_CROP_SCALE, TrainingRun
 from ..config import construct, expect
 from .config import GuidanceConfig, GuideConfig
 
-__all__ = ["DATASET", "DataVariant", "GuidanceRecipe", "GuidedRun", "GuidedVariant", "SELECTABLE"]
+__all__ = ["DATASET", "DataVariant", "GuidanceRecipe", "GuidedRun", "GuidedVariant", "SELECTABLE", "check_weight_grid"]
 
 DATASET = "synthetic-birds"
 """The benchmark of the guidance study and the demo (:mod:`rightreasons.data.synthetic`)."""
@@ -91,7 +92,10 @@ class GuidanceRecipe:
     baseline_lr: float = TrainingRun.lr
     """Adam learning rate of the baselines."""
     guided_epochs: int = 4
-    """Epochs of each guided fine-tuning of a baseline."""
+    """Epochs of each guided fine-tuning of a baseline; with `patience`, the most it trains."""
+    patience: int | None = None
+    """Early stopping of the guided fine-tunings (`eval.patience`): each ends after this many epochs without a new
+    best validation `select`, so the number of guided epochs is chosen on validation; null: `guided_epochs`."""
     guided_lr: float = 2e-3
     """Adam learning rate of the guided fine-tunings."""
     train_images: int | None = None
@@ -107,6 +111,7 @@ class GuidanceRecipe:
     def __post_init__(self) -> None:
         for key in ("batch_size", "baseline_epochs", "guided_epochs", "test_images"):
             expect(getattr(self, key) >= 1, key, getattr(self, key), "an integer >= 1")
+        expect(self.patience is None or self.patience >= 1, "patience", self.patience, "an integer >= 1 or null")
         expect(self.train_images is None or self.train_images >= self.batch_size, "train_images", self.train_images,
                "null or at least one batch")
         expect(0 <= self.min_annotated_per_batch < self.batch_size, "min_annotated_per_batch",
@@ -133,13 +138,25 @@ class GuidanceRecipe:
         run = TrainingRun(
             output_dir=str(output_dir), seed=seed, model=self.model, model_kwargs=dict(self.model_kwargs),
             checkpoint=None if baseline is None else str(baseline), data=DATASET,
-            data_options=self.data_options(variant, "train"), image_size=variant.image_size,
+            data_options=self.data_options(variant, "train"),
+            data_split_options={"test": self.data_options(variant, "test")}, image_size=variant.image_size,
             batch_size=self.batch_size, crop_scale=list(self.crop_scale),
             epochs=self.guided_epochs if guided else self.baseline_epochs,
             lr=self.guided_lr if guided else self.baseline_lr, annotated_fraction=fraction if guided else 1.0,
-            eval=EvalConfig(every_epochs=1, select=self.select, num_images=0, localization=False), export="best")
+            eval=EvalConfig(every_epochs=1, select=self.select, num_images=0, localization=False,
+                            patience=self.patience if guided else None), export="best")
         if guided is None:
             return run
         return GuidedRun(**vars(run), guidance=construct(
             GuidanceConfig, method="bcos", layer="input", loss=guided.loss, weight=guided.weight,
             dilation=guided.dilation, annotated_per_batch=self.annotated_per_batch(fraction), key="guidance"))
+
+
+def check_weight_grid(grid: Mapping[str, Mapping[str, Sequence[Any]]], methods: Sequence[GuidedVariant]) -> None:
+    """Refuse a λ grid (``grid.<method>.weight``) of a guided method without 0: the unguided fine-tuning of the same
+    length must be a candidate, so that the λ chosen on validation is never worse there than no guidance."""
+    for method in methods:
+        weights = grid.get(method.name, {}).get("weight")
+        expect(weights is None or 0 in weights, f"grid.{method.name}.weight", weights,
+               "λ values that include 0 (the unguided fine-tuning of the same length, which the chosen λ must match "
+               "or beat on validation)")

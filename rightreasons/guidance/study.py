@@ -4,11 +4,15 @@
 
 The benchmark is ``synthetic-birds`` (:mod:`rightreasons.data.synthetic`). A *data variant* fixes its shortcut
 ``correlation``, ``difficulty``, data ``seed`` and image size. Per variant and training seed a baseline is trained;
-per annotated fraction and guided method a fine-tuning of that baseline. Every training validates each epoch on the
-group-balanced validation split and exports the checkpoint with the best ``recipe.select`` metric (worst-group
-accuracy by default); the test split is only scored, never used to choose. With few boxes (``fraction · batch_size <
-min_annotated_per_batch``) the guided runs compose every batch of ``min_annotated_per_batch`` annotated images
-(``guidance.annotated_per_batch``), so that the boxes act at every step.
+per annotated fraction and guided method a fine-tuning of that baseline, once per candidate setting of the method's
+``grid`` entry (e.g. λ ∈ {0, 1, 5, 25}; a λ grid must hold 0, the unguided fine-tuning of the same length). Every
+training validates each epoch on the group-balanced validation split and exports the checkpoint with the best
+``recipe.select`` metric (worst-group accuracy by default; with ``recipe.patience`` the guided fine-tunings stop early,
+so their number of epochs is chosen too); per cell the setting with the best mean validation score over the seeds is
+chosen (:func:`~rightreasons.engine.selection.choose`) and only its runs are scored on the test split, which never
+chooses anything. With few boxes (``fraction · batch_size < min_annotated_per_batch``) the guided runs compose every
+batch of ``min_annotated_per_batch`` annotated images (``guidance.annotated_per_batch``), so that the boxes act at
+every step.
 
 The trainings run on the grid runner (:func:`~rightreasons.engine.grid.run_grid`) and each is scored once
 (``<run>/test.json`` beside its ``summary.json``), so an interrupted study resumes where it stopped; the tables are mean
@@ -17,6 +21,7 @@ The trainings run on the grid runner (:func:`~rightreasons.engine.grid.run_grid`
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import statistics
@@ -31,20 +36,23 @@ from ..config import FieldError, expect
 from ..console import count
 from ..data import AnnotatedDataset, SyntheticConfig, load_dataset
 from ..engine.grid import GridRun, read_summary, run_grid
+from ..engine.selection import Selection, candidates, check_grid, choose_cells, curves_markdown, exported
 from ..errors import ConfigError, UsageError
 from ..fileio import writable_directory, write_json_atomic, write_text_atomic
 from ..metrics.evaluation import score_model
 from ..models.weights import RUN_MODEL_FILE
 from ..plotting import figure
 from ..reporting import cell, markdown_table, statistic, write_csv
-from .recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant
+from .recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant, check_weight_grid
 
-__all__ = ["GuidanceStudy", "TEST_METRICS", "run_study", "score_on_test"]
+__all__ = ["CELL", "GuidanceStudy", "TEST_METRICS", "run_study", "score_on_test"]
 
 logger = logging.getLogger(__name__)
 
 #: what every model is scored on in the test split (fractions in [0, 1])
 TEST_METRICS = ("accuracy", "worst_group_accuracy", "epg", "iou")
+#: the fields of a record that make one cell of a table (seeds and a method's candidate settings are within a cell)
+CELL = (*asdict(DataVariant()), "method", "fraction")
 
 
 def score_on_test(model_file: str | Path, dataset: AnnotatedDataset, image_size: int,
@@ -83,6 +91,10 @@ class GuidanceStudy:
     methods: list[GuidedVariant] = field(default_factory=lambda: [GuidedVariant("energy", "energy", 5.0),
                                                                   GuidedVariant("l1", "l1", 5.0)])
     """Axis: the guided fine-tunings, each with a distinct `name`."""
+    grid: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    """Per method name, hyper-parameters to choose on validation (`{energy: {weight: [0, 1, 5, 25]}}`): every
+    combination trains with every seed; per cell the best mean validation score is reported. A `weight` grid holds
+    0."""
 
     def __post_init__(self) -> None:
         expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
@@ -101,6 +113,8 @@ class GuidanceStudy:
         expect(len(set(names)) == len(names), "methods", names, "methods with distinct names")
         expect(all(m.annotated_fraction is None for m in self.methods), "methods", names,
                "methods without annotated_fraction (the study's fractions are its annotated_fraction axis)")
+        check_grid(self.grid, self.methods)
+        check_weight_grid(self.grid, self.methods)
         self._check_trainings()
 
     def _check_trainings(self) -> None:
@@ -113,9 +127,9 @@ class GuidanceStudy:
             except ConfigError as e:
                 raise FieldError("recipe", f"the baselines would not train: {e}") from None
             for i, method in enumerate(self.methods):
-                for fraction in self.annotated_fraction:
+                for fraction, (_, setting) in itertools.product(self.annotated_fraction, self.settings(method)):
                     try:
-                        self.recipe.run(variant, 0, unused, method, fraction, baseline=unused).config()
+                        self.recipe.run(variant, 0, unused, setting, fraction, baseline=unused).config()
                     except ConfigError as e:
                         raise FieldError(f"methods[{i}]", f"its fine-tunings would not train: {e}") from None
 
@@ -124,86 +138,101 @@ class GuidanceStudy:
         return [DataVariant(c, d, s, size) for c in self.correlation for d in self.difficulty
                 for s in self.data_seed for size in self.image_size]
 
+    def settings(self, method: GuidedVariant) -> list[tuple[str, GuidedVariant]]:
+        """``(label, variant)`` of every candidate setting of ``method`` by its ``grid`` entry
+        (:func:`~rightreasons.engine.selection.candidates`)."""
+        return candidates(method, self.grid.get(method.name, {}), f"grid.{method.name}")
+
     @property
     def trainings(self) -> int:
         """How many trainings the study runs."""
-        return len(self.variants) * self.seeds * (1 + len(self.annotated_fraction) * len(self.methods))
+        guided = sum(len(self.settings(m)) for m in self.methods)
+        return len(self.variants) * self.seeds * (1 + len(self.annotated_fraction) * guided)
 
 
 def _runs(study: GuidanceStudy, out: Path) -> list[tuple[GridRun, dict[str, Any]]]:
     """Every training of ``study`` in training order (each baseline before its fine-tunings), with the fields of
-    its record: data variant, seed, method, box fraction."""
+    its record: data variant, seed, method, candidate setting, box fraction."""
     runs = []
     for variant in study.variants:
         for seed in range(study.seeds):
             folder = out / variant.label / f"seed-{seed}"
             baseline = study.recipe.run(variant, seed, folder / "baseline")
             runs.append((GridRun(f"{variant.label} seed {seed} baseline", baseline.config()),
-                         {**asdict(variant), "seed": seed, "method": "baseline", "fraction": None}))
+                         {**asdict(variant), "seed": seed, "method": "baseline", "setting": "", "fraction": None}))
             for fraction in study.annotated_fraction:
                 for method in study.methods:
-                    recipe = study.recipe.run(variant, seed, folder / f"{method.name}-boxes{fraction:g}", method,
-                                              fraction, baseline.model_file)
-                    runs.append((GridRun(f"{variant.label} seed {seed} {method.name} boxes {fraction:g}",
-                                         recipe.config()),
-                                 {**asdict(variant), "seed": seed, "method": method.name, "fraction": fraction}))
+                    for label, setting in study.settings(method):
+                        title = " ".join(filter(None, (method.name, label)))
+                        recipe = study.recipe.run(variant, seed,
+                                                  folder / f"{title.replace(' ', '-')}-boxes{fraction:g}", setting,
+                                                  fraction, baseline.model_file)
+                        runs.append((GridRun(f"{variant.label} seed {seed} {title} boxes {fraction:g}",
+                                             recipe.config()),
+                                     {**asdict(variant), "seed": seed, "method": method.name, "setting": label,
+                                      "fraction": fraction}))
     return runs
 
 
 def _scored(run_dir: Path, score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
-    """The test metrics of the finished run in ``run_dir``, read from ``test.json`` or scored and written there,
-    beside ``validation``: the selection metric's validation score of the exported checkpoint (``summary.json``)."""
+    """The test metrics of the finished run in ``run_dir``, read from ``test.json`` or scored and written there."""
     result = run_dir / "test.json"
     if result.is_file():
-        metrics = json.loads(result.read_text())
-    else:
-        metrics = score(run_dir / RUN_MODEL_FILE)
-        write_json_atomic(result, metrics)
-    return {"validation": read_summary(run_dir)["best"]["score"], **metrics}
+        return json.loads(result.read_text())
+    metrics = score(run_dir / RUN_MODEL_FILE)
+    write_json_atomic(result, metrics)
+    return metrics
 
 
 def run_study(study: GuidanceStudy, out: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     """Train every cell of ``study`` into ``out`` on the grid runner (:func:`~rightreasons.engine.grid.run_grid`:
-    finished runs are kept, interrupted ones resume), score each on the test split (kept in ``<run>/test.json``)
-    and write ``study.json``, ``study.md``, ``study.csv`` and ``study.png``; returns the results (``rows`` as in the
-    table)."""
+    finished runs are kept, interrupted ones resume), choose every cell's setting on validation
+    (:func:`~rightreasons.engine.selection.choose_cells`), score the chosen runs on the test split (kept in
+    ``<run>/test.json``) and write ``study.json``, ``study.md``, ``study.csv`` and ``study.png``; returns the results
+    (``rows`` as in the table, ``selection``: every cell's validation curve)."""
     out, recipe = writable_directory(out), study.recipe
     runs = _runs(study, out)
     run_grid([grid_run for grid_run, _ in runs])
+    trained = [(r, {**f, **exported(read_summary(r.output_dir))}) for r, f in runs]
+    choices = choose_cells([f for _, f in trained], CELL, recipe.select)
+    chosen = [(r, f) for r, f in trained if f["setting"] == choices[tuple(f[k] for k in CELL)].chosen]
     records: list[dict[str, Any]] = []
     test_sets: dict[DataVariant, AnnotatedDataset] = {}
-    for k, (grid_run, fields) in enumerate(runs, 1):
+    for k, (grid_run, fields) in enumerate(chosen, 1):
         variant = DataVariant(*(fields[key] for key in asdict(DataVariant())))
         if variant not in test_sets:
             test_sets[variant] = load_dataset(DATASET, None, "test", **recipe.data_options(variant, "test"))
         metrics = _scored(grid_run.output_dir, lambda model_file: score_on_test(
             model_file, test_sets[variant], variant.image_size, device, recipe.batch_size))
         records.append({**fields, **metrics})
-        logger.info("[%d/%d] %s: worst group %.3f", k, len(runs), grid_run.name, metrics["worst_group_accuracy"])
-    rows = summarize_study(records)
-    results = {"study": asdict(study), "records": records, "rows": rows}
+        logger.info("[%d/%d] %s: worst group %.3f", k, len(chosen), grid_run.name, metrics["worst_group_accuracy"])
+    rows = summarize_study(records, choices)
+    selection = [{**dict(zip(CELL, key)), **choice.to_dict()} for key, choice in choices.items()]
+    results = {"study": asdict(study), "selection": selection, "records": records, "rows": rows,
+               "helps": helps(rows)}
     write_json_atomic(out / "study.json", results)
-    fixed = [*asdict(DataVariant()), "seed", "method", "fraction"]
+    fixed = [*asdict(DataVariant()), "seed", "method", "setting", "fraction"]
     write_csv(out / "study.csv", records, [*fixed, *dict.fromkeys(k for r in records for k in r if k not in fixed)])
-    write_text_atomic(out / "study.md", study_markdown(study, rows))
+    write_text_atomic(out / "study.md", study_markdown(study, rows) + curves_markdown(choices, CELL))
     plot_study(out / "study.png", study, rows)
     return results
 
 
-def summarize_study(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (data variant, method, fraction): mean ± std over seeds of the validation score that selected
-    each checkpoint (``validation``) and of :data:`TEST_METRICS`, and of the worst-group gain over the same seed's
-    baseline (``gain``)."""
+def summarize_study(records: Sequence[dict[str, Any]],
+                    choices: dict[tuple[Any, ...], Selection]) -> list[dict[str, Any]]:
+    """One row per cell (data variant, method, fraction): its chosen ``setting`` among ``candidates``, mean ± std
+    over seeds of the validation score that selected each checkpoint (``validation``), of the epoch it was taken at
+    (``epoch``), of :data:`TEST_METRICS` and of the worst-group gain over the same seed's baseline (``gain``)."""
     variant_keys = tuple(asdict(DataVariant()))
     baselines = {(tuple(r[k] for k in variant_keys), r["seed"]): r for r in records if r["method"] == "baseline"}
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in records:
-        cells.setdefault((*(r[k] for k in variant_keys), r["method"], r["fraction"]), []).append(r)
+        cells.setdefault(tuple(r[k] for k in CELL), []).append(r)
     rows = []
     for key, members in cells.items():
-        row: dict[str, Any] = dict(zip((*variant_keys, "method", "fraction"), key))
-        row["seeds"] = len(members)
-        for metric in ("validation", *TEST_METRICS):
+        row: dict[str, Any] = {**dict(zip(CELL, key)), "setting": choices[key].chosen,
+                               "candidates": len(choices[key].curve), "seeds": len(members)}
+        for metric in ("validation", "epoch", *TEST_METRICS):
             row[metric] = statistic([m[metric] for m in members])
         gains = [m["worst_group_accuracy"] - baselines[(key[:len(variant_keys)], m["seed"])]["worst_group_accuracy"]
                  for m in members]
@@ -218,25 +247,53 @@ def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
     table = [{"correlation": row["correlation"], "difficulty": row["difficulty"], "data seed": row["data_seed"],
               "size": row["image_size"], "method": row["method"],
               "boxes": "" if row["fraction"] is None else f"{100 * row['fraction']:g} %",
+              "setting": row["setting"] + (f" (of {row['candidates']})" if row["candidates"] > 1 else ""),
+              "epochs": f"{row['epoch']['mean']:.1f}",
               f"val. {r.select}": cell(row["validation"]), "worst group": cell(row["worst_group_accuracy"]),
               "gain (p.p.)": "" if row["method"] == "baseline" else cell(row["gain"], signed=True),
               "overall": cell(row["accuracy"]), "EPG": cell(row["epg"]), "IoU": cell(row["iou"])} for row in rows]
-    columns = ["correlation", "difficulty", "data seed", "size", "method", "boxes", f"val. {r.select}",
-               "worst group", "gain (p.p.)", "overall", "EPG", "IoU"]
+    columns = ["correlation", "difficulty", "data seed", "size", "method", "boxes", "setting", "epochs",
+               f"val. {r.select}", "worst group", "gain (p.p.)", "overall", "EPG", "IoU"]
     methods = "; ".join(f"{m.name}: {m.loss}, λ = {m.weight:g}" + (f", boxes dilated by {m.dilation:.0%}"
                                                                    if m.dilation else "") for m in study.methods)
+    grid = "; ".join(f"{name}: " + ", ".join(f"{key} ∈ {{{', '.join(f'{v:g}' for v in values)}}}"
+                                             for key, values in axes.items()) for name, axes in study.grid.items())
+    epochs = count(r.guided_epochs, "epoch") + ("" if r.patience is None else
+                                                 f" at most, stopped after {r.patience} without a new best")
     return "\n".join([
         "# Guidance study on synthetic-birds\n",
         f"{study.trainings} trainings: {len(study.variants)} data variant(s) × {study.seeds} seed(s) × (baseline + "
-        f"{len(study.annotated_fraction)} box fraction(s) × {len(study.methods)} method(s)). Baseline: {r.model} "
+        f"{len(study.annotated_fraction)} box fraction(s) × the candidate settings of {len(study.methods)} "
+        f"method(s)). Baseline: {r.model} "
         f"({r.model_kwargs}), {count(r.baseline_epochs, 'epoch')}, lr {r.baseline_lr:g}; guided: fine-tunings of it "
-        f"for {count(r.guided_epochs, 'epoch')}, lr {r.guided_lr:g} ({methods}); with fewer than "
+        f"for {epochs}, lr {r.guided_lr:g} ({methods}; chosen on validation: {grid or 'none'}); with fewer than "
         f"{r.min_annotated_per_batch} "
         f"annotated images per batch on average, every batch holds {r.min_annotated_per_batch}. Every training "
         f"exports its checkpoint with the best validation {r.select} (group-balanced validation split); the test "
-        f"split is only reported. val. {r.select}: the validation score that chose the checkpoint; the other columns: "
-        "test split, %, mean ± std over seeds; gain = worst-group accuracy minus that of the same seed's baseline.\n",
-        markdown_table(table, columns)])
+        f"split is only reported. setting: the candidate chosen by the best mean validation {r.select} over the "
+        f"seeds; epochs: mean epoch of the exported checkpoints; val. {r.select}: the validation score that chose; "
+        "the other columns: test split, %, mean ± std over seeds; gain = worst-group accuracy minus that of the same "
+        "seed's baseline.\n",
+        markdown_table(table, columns), "\n## Where guidance helps\n",
+        "Per guided method and box share over the data variants: the cells where the validation-chosen model's mean "
+        "test worst-group accuracy is at least the baseline's minus 1 p.p., and the cells' mean gain (p.p.; "
+        "± std over the cells; min and max).\n",
+        markdown_table(helps(rows), ["method", "boxes", "cells", "held", "mean gain", "min gain", "max gain"])])
+
+
+def helps(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per guided method and box share: in how many of its cells (data variants) the mean worst-group gain over the
+    baseline is >= -1 p.p. (``held``), and the mean, min and max of the cells' mean gains (p.p.)."""
+    by_method: dict[tuple[str, float], list[float]] = {}
+    for row in rows:
+        if row["method"] != "baseline":
+            by_method.setdefault((row["method"], row["fraction"]), []).append(100 * row["gain"]["mean"])
+    return [{"method": method, "boxes": f"{100 * fraction:g} %", "cells": len(gains),
+             "held": f"{sum(g >= -1 for g in gains)} of {len(gains)}",
+             "mean gain": cell({"mean": statistics.fmean(gains) / 100,
+                                "std": statistics.stdev(gains) / 100 if len(gains) > 1 else None}, signed=True),
+             "min gain": f"{min(gains):+.1f}", "max gain": f"{max(gains):+.1f}"}
+            for (method, fraction), gains in by_method.items()]
 
 
 def plot_study(path: Path, study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> None:

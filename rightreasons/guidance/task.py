@@ -18,7 +18,8 @@ from ..classification import ClassificationTask
 from ..engine import Step, register_task
 from ..engine.data import EpochSampler
 from ..errors import ConfigError, TrainingError
-from ..metrics.evaluation import has_boxes
+from ..metrics.evaluation import Evaluator, classifier_evaluators, has_boxes
+from ..models.capabilities import capabilities
 from .config import GuideConfig
 from .objective import GuidanceObjective
 
@@ -35,7 +36,7 @@ class GuidanceTask(ClassificationTask):
         super().__init__(config)
         g = config.guidance
         self.guidance = GuidanceObjective(g.method, g.layer, g.loss, g.dilation, "sum", g.intgrad_steps, g.explain,
-                                          config.compile)
+                                          config.compile, g.regions, g.point_radius)
 
     def build_datasets(self) -> tuple[Any, Any]:
         """The classifier's datasets; the training set must hold annotated images."""
@@ -45,6 +46,15 @@ class GuidanceTask(ClassificationTask):
             raise TrainingError(f"guidance needs annotated images, but none of the {len(train_set)} training "
                                 f"images of {data.name} has boxes (data.annotated_fraction={data.annotated_fraction})")
         return train_set, val_set
+
+    def evaluators(self, dataset: Any) -> list[Evaluator]:
+        """As for any classifier, with EPG and IoU scored against the guided regions (``guidance.regions``)."""
+        method, layer = self.config.localization(capabilities(self.model).bcos)
+        g = self.config.guidance
+        return classifier_evaluators(dataset, method if has_boxes(dataset) else None, layer,
+                                     iou_threshold=self.config.eval.iou_threshold,
+                                     batch_size=self.config.data.eval_batch_size, regions=g.regions,
+                                     point_radius=g.point_radius)
 
     def train_sampler(self, train_set: Any) -> EpochSampler:
         """A seeded permutation per epoch; with ``guidance.annotated_per_batch = k``, batches of ``k`` annotated and
@@ -63,7 +73,9 @@ class GuidanceTask(ClassificationTask):
         """``{"classification", "localization"}`` and ``L_class + λ · L_loc``."""
         host = batch.get("host", batch)  # what the objective decides on the host: never a wait for the device
         out = self.guidance(model, batch["image"], host["labels"], host["boxes"], host["box_labels"],
-                            host["has_boxes"], step.generator, grad_scale=step.loss_scale)
+                            host["has_boxes"], step.generator, grad_scale=step.loss_scale,
+                            segmentations=host.get("mask"), points=host.get("points"),
+                            point_labels=host.get("point_labels"))
         # DDP averages gradients over processes: scale the local sum so that the result is the global sum
         # (reduction "sum") or the mean over the annotated images of the global batch ("mean_annotated").
         localization = out.loss * step.world_size

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,10 +36,11 @@ from ..data import collate, transforms_for
 from ..errors import NonFiniteError
 from ..models import load_model
 from ..models.preprocessing import recorded_input
+from ..regions import POINT_RADIUS, require_regions
 from .attribution_fn import attribution_fn
 from .classification import GroupAccuracy, MultiLabelClassification
 from .localization import EnergyPointingGame, IoU
-from .localization_pairs import evaluate_localization
+from .localization_pairs import Regions, evaluate_localization
 
 __all__ = ["ClassificationEvaluator", "Evaluator", "LocalizationEvaluator", "classifier_evaluators", "evaluate",
            "format_results", "has_boxes", "is_multilabel", "plain_numbers", "require_finite_logits", "result_names",
@@ -167,17 +169,21 @@ class ClassificationEvaluator:
 
 
 class LocalizationEvaluator:
-    """EPG and IoU of ``method`` at ``layer`` for every (image, ground-truth class) pair with boxes.
+    """EPG and IoU of ``method`` at ``layer`` for every (image, ground-truth class) pair with a region.
 
     Args:
         method, layer: the attribution (:func:`rightreasons.explain.attribute`).
         iou_threshold: threshold of the min-max normalised map for IoU.
         batch_size: (image, class) pairs per attribution call.
+        regions, point_radius: what a pair's region is made of (:mod:`rightreasons.regions`; default the boxes)
+            from the batch's ``boxes``, ``mask``, ``points`` and ``point_labels``.
 
     :meth:`compute` returns ``{}`` when no image of the evaluated data (on any process) has boxes.
     """
 
-    def __init__(self, method: str, layer: str, iou_threshold: float = 0.5, batch_size: int = 64) -> None:
+    def __init__(self, method: str, layer: str, iou_threshold: float = 0.5, batch_size: int = 64,
+                 regions: str = "boxes", point_radius: float = POINT_RADIUS) -> None:
+        self.regions = Regions(require_regions(regions), point_radius=point_radius)
         self.explain = attribution_fn(method, layer)
         self.metrics = [EnergyPointingGame(), IoU(threshold=iou_threshold)]
         self.batch_size = batch_size
@@ -187,8 +193,10 @@ class LocalizationEvaluator:
         for metric in self.metrics:
             metric.to(logits.device, non_blocking=True)
         host = batch.get("host", batch)  # which pairs, and their masks, are decided on the host
+        regions = replace(self.regions, mask=host.get("mask"), points=host.get("points"),
+                          point_labels=host.get("point_labels"))
         self.pairs += evaluate_localization(model, batch["image"], host["labels"], host["boxes"], host["box_labels"],
-                                            self.explain, self.metrics, batch_size=self.batch_size)
+                                            self.explain, self.metrics, batch_size=self.batch_size, regions=regions)
 
     def result_names(self) -> list[str]:
         """Every key :meth:`compute` may return."""
@@ -205,12 +213,13 @@ class LocalizationEvaluator:
 
 
 def classifier_evaluators(dataset: Any, method: str | None = None, layer: str = "input", *,
-                          iou_threshold: float = 0.5, batch_size: int = 64) -> list[Evaluator]:
+                          iou_threshold: float = 0.5, batch_size: int = 64, regions: str = "boxes",
+                          point_radius: float = POINT_RADIUS) -> list[Evaluator]:
     """The evaluators of a classifier on ``dataset``: classification, and localisation of ``method`` at ``layer``
-    unless ``method`` is ``None``."""
+    against ``regions`` unless ``method`` is ``None``."""
     evaluators: list[Evaluator] = [ClassificationEvaluator.for_dataset(dataset)]
     if method is not None:
-        evaluators.append(LocalizationEvaluator(method, layer, iou_threshold, batch_size=batch_size))
+        evaluators.append(LocalizationEvaluator(method, layer, iou_threshold, batch_size, regions, point_radius))
     return evaluators
 
 

@@ -1,10 +1,11 @@
 """Localisation evaluation over *every* ground-truth class of every image.
 
 Training guides one sampled class per image; evaluation scores all of them: each (image, class) pair with
-``labels[i, k] = 1`` gets its own attribution map for class ``k`` and its own mask ``M_k`` = union of the image's
-boxes of class ``k``, rasterised by :func:`rightreasons.boxes.boxes_to_masks` — the same pixels the guidance loss
-trains on. :func:`localization_pairs` yields these pairs in batches (one attribution call per batch,
-one target class per row); :func:`evaluate_localization` feeds them to metrics such as
+``labels[i, k] = 1`` and a non-empty region gets its own attribution map for class ``k`` and its own mask ``M_k``, the
+image's region of class ``k`` (:func:`rightreasons.regions.class_regions`: its boxes, segmentation or points, as
+``regions`` chooses) — the same pixels the guidance loss trains on. :func:`localization_pairs` yields these pairs in
+batches (one attribution call per batch, one target class per row); :func:`evaluate_localization` feeds them to
+metrics such as
 :class:`~rightreasons.metrics.EnergyPointingGame` and :class:`~rightreasons.metrics.IoU`.
 """
 
@@ -17,10 +18,10 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from ..boxes import boxes_to_masks
+from ..regions import POINT_RADIUS, class_regions
 from .attribution_fn import AttributionFn, run_attribution
 
-__all__ = ["LocalizationPairs", "evaluate_localization", "localization_pairs"]
+__all__ = ["LocalizationPairs", "Regions", "evaluate_localization", "localization_pairs"]
 
 
 @dataclass
@@ -29,7 +30,7 @@ class LocalizationPairs:
 
     Attributes:
         attributions: ``[P, H, W]`` detached maps for ``classes`` on ``images[image_index]``.
-        masks: ``[P, H, W]`` bool union of the boxes of that class in that image.
+        masks: ``[P, H, W]`` bool region of that class in that image.
         classes: ``[P]`` the class of each pair.
         image_index: ``[P]`` the row of each pair's image in the ``images`` given.
         object_masks: ``[P, H, W]`` bool ``segmentations[image_index] == classes`` when segmentations were given.
@@ -42,18 +43,38 @@ class LocalizationPairs:
     object_masks: Tensor | None = None
 
 
-def _pairs(labels: Tensor, box_labels: Sequence[Tensor]) -> list[tuple[int, int]]:
-    """(image, class) pairs for every positive label that has at least one box of its class."""
-    pairs = []
-    for i, k in labels.nonzero().tolist():
-        if (torch.as_tensor(box_labels[i]).as_subclass(Tensor) == k).any():
-            pairs.append((i, k))
-    return pairs
+@dataclass
+class Regions:
+    """What an (image, class) pair's region is made of: the choice (:data:`rightreasons.regions.REGIONS`), the
+    batch's ``mask`` (``[N, H, W]`` or a list with ``None``; VOC convention), its ``points [P_n, 2]`` and
+    ``point_labels [P_n]`` per image, and the radius of a point's disc."""
+
+    regions: str = "boxes"
+    mask: Tensor | Sequence[Tensor | None] | None = None
+    points: Sequence[Tensor] | None = None
+    point_labels: Sequence[Tensor] | None = None
+    point_radius: float = POINT_RADIUS
+
+
+def _pairs(labels: Tensor, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], size: tuple[int, int],
+           regions: Regions) -> tuple[list[tuple[int, int]], Tensor]:
+    """The (image, class) pairs of every positive label with a non-empty region, and their regions ``[P, H, W]``."""
+    candidates = labels.nonzero().tolist()
+    rows = [i for i, _ in candidates]
+
+    def of(values: Sequence | None) -> list | None:
+        return None if values is None else [values[i] for i in rows]
+
+    masks = class_regions(regions.regions, [k for _, k in candidates], size, of(boxes), of(box_labels),
+                          of(regions.mask), of(regions.points), of(regions.point_labels), regions.point_radius)
+    kept = masks.flatten(1).any(1)
+    return [pair for pair, keep in zip(candidates, kept.tolist()) if keep], masks[kept]
 
 
 def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
                        box_labels: Sequence[Tensor], attribution: AttributionFn, batch_size: int = 32,
-                       segmentations: Tensor | None = None) -> Iterator[LocalizationPairs]:
+                       segmentations: Tensor | None = None, regions: Regions | None = None
+                       ) -> Iterator[LocalizationPairs]:
     """Yield the (image, ground-truth class) pairs of a batch of images, with attributions and masks.
 
     Args:
@@ -66,23 +87,23 @@ def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: 
         batch_size: pairs per attribution call (an image with several classes appears once per class).
         segmentations: optional ``[N, H, W]`` integer maps holding the class index (label space, ``0..K-1``) of
             each object pixel and any other value elsewhere; gives ``object_masks`` for the on-object ratio.
+        regions: what a class's region is made of (:class:`Regions`; default: the boxes).
 
-    A positive label without any box of its class in that image is skipped (there is nothing to localise
-    against). No pairs, no batches. ``labels``, ``boxes`` and ``box_labels`` decide the pairs and their masks on the
-    host: given there, as the loader gives them, they cost no wait for the device (tensors on a device are copied to
-    the host first); the pairs' maps, masks and indices are on the images' device.
+    A positive label whose region in that image is empty is skipped (there is nothing to localise against). No pairs, no
+    batches. ``labels``, ``boxes`` and ``box_labels`` decide the pairs and their masks on the host: given there, as the
+    loader gives them, they cost no wait for the device (tensors on a device are copied to the host first); the pairs'
+    maps, masks and indices are on the images' device.
     """
     _, _, height, width = _check_inputs(images, labels, boxes, box_labels, segmentations)
     if batch_size < 1:
         raise ValueError(f"localization_pairs: batch_size must be >= 1, got {batch_size}")
-    pairs = _pairs(labels.cpu(), [torch.as_tensor(b).cpu() for b in box_labels])
+    pairs, regions_of_pairs = _pairs(labels.cpu(), boxes, box_labels, (height, width), regions or Regions())
     device = images.device
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
         index = torch.tensor([i for i, _ in chunk]).to(device, non_blocking=True)
         classes = torch.tensor([k for _, k in chunk]).to(device, non_blocking=True)
-        masks = torch.stack([boxes_to_masks(torch.as_tensor(boxes[i]).cpu(), torch.as_tensor(box_labels[i]).cpu(), k,
-                                            canvas=(height, width)) for i, k in chunk]).to(device, non_blocking=True)
+        masks = regions_of_pairs[start:start + batch_size].to(device, non_blocking=True)
         maps = run_attribution(attribution, model, images[index], classes)
         objects = None
         if segmentations is not None:
@@ -112,7 +133,7 @@ def _check_inputs(images: Tensor, labels: Tensor, boxes: Sequence[Tensor], box_l
 
 def evaluate_localization(model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
                           box_labels: Sequence[Tensor], attribution: AttributionFn, metrics: Iterable[Metric],
-                          batch_size: int = 32) -> int:
+                          batch_size: int = 32, regions: Regions | None = None) -> int:
     """Update every metric with ``metric.update(attributions, masks)`` for all (image, ground-truth class) pairs
     of the batch (see :func:`localization_pairs`); returns the number of pairs evaluated.
 
@@ -121,7 +142,8 @@ def evaluate_localization(model: nn.Module, images: Tensor, labels: Tensor, boxe
     """
     metrics = list(metrics)
     count = 0
-    for batch in localization_pairs(model, images, labels, boxes, box_labels, attribution, batch_size):
+    for batch in localization_pairs(model, images, labels, boxes, box_labels, attribution, batch_size,
+                                    regions=regions):
         for metric in metrics:
             metric.update(batch.attributions, batch.masks)
         count += batch.classes.numel()

@@ -4,13 +4,14 @@
 ``datasets``, ``metrics``, ``pipeline_tag``), then the architecture, its input, the classes, and — for a model from a
 training run — the run's numbers (accuracy, worst-group accuracy, EPG, IoU, where the run measured them) on the
 validation that chose the exported weights and on each final evaluation, with the rule that chose them, the seed, the
-command line and the commit. Everything comes from ``config.json`` (:func:`~rightreasons.models.hub.model_config`) and
-the run's ``summary.json``; nothing is measured here.
+command line and the commit, and the explanation figures of example images saved beside it. Everything comes from
+``config.json`` (:func:`~rightreasons.models.hub.model_config`), the run's ``summary.json`` and the figures' file
+names; nothing is measured here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -78,9 +79,9 @@ def _training(run: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def model_card(config: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> str:
+def model_card(config: Mapping[str, Any], run: Mapping[str, Any] | None = None, pictures: Sequence[str] = ()) -> str:
     """The ``README.md`` of a model directory with ``config`` (its ``config.json``), from the training ``run``'s
-    ``summary.json`` when there is one."""
+    ``summary.json`` when there is one; ``pictures`` are the file names of explanation figures in the directory."""
     results = run_evaluations(run) if run else {}
     view = config.get("input")
     lines = [f"# {config['architecture']}", "",
@@ -98,4 +99,9 @@ def model_card(config: Mapping[str, Any], run: Mapping[str, Any] | None = None) 
     if run:
         lines += ["", "## Results", "", *(_table(results) or ["The run recorded no metrics."]),
                   "", "## Training", "", *_training(run)]
+    if pictures:
+        lines += ["", "## Explanations", "", "The model's explanations of example images (input, explanation W(x), "
+                  "contributions; the title names the explained class, its probability and the prediction):"]
+        for i, name in enumerate(pictures, 1):
+            lines += ["", f"![explanation {i}]({name})"]
     return _header(config, run, results) + "\n" + "\n".join(lines) + "\n"

@@ -14,10 +14,10 @@ resume):
 each method once per candidate setting of its hyper-parameters in ``grid`` (every combination; JTT's first stage once
 per ``T``). Every training selects its exported checkpoint by ``recipe.select`` on the group-balanced validation split;
 per method (and box fraction) the setting with the best mean validation score over the seeds is chosen
-(:func:`choose_settings`) and only its runs are scored on the test split (``<run>/test.json``). DFR
-(:mod:`rightreasons.robustness.dfr`) then retrains the last layer of the baseline and, with ``dfr_on_guided``, of the
-chosen guided runs (guidance then DFR), selecting its regularisation on half of the validation split
-(``<run>/dfr.json``). The test split never chooses anything.
+(:func:`~rightreasons.engine.selection.choose`, the rule of every study; a λ grid of a guided method holds 0) and only
+its runs are scored on the test split (``<run>/test.json``). DFR (:mod:`rightreasons.robustness.dfr`) then retrains
+the last layer of the baseline and, with ``dfr_on_guided``, of the chosen guided runs (guidance then DFR), selecting
+its regularisation on half of the validation split (``<run>/dfr.json``). The test split never chooses anything.
 
 Reported per run: worst-group and mean test accuracy, the test group accuracies weighted by the training split's group
 proportions (the average DFR's paper reports), EPG (of B-cos contributions; not for DFR, whose new last layer is not
@@ -27,11 +27,9 @@ training images with boxes. Every method also uses the validation split's group 
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -40,14 +38,15 @@ from typing import Any
 import torch
 
 from ..classification.recipe import TrainingRun
-from ..config import FieldError, construct, expect
+from ..config import FieldError, expect
 from ..console import count
 from ..data import load_dataset
 from ..engine.grid import GridRun, read_summary, run_grid
+from ..engine.selection import Selection, candidates, check_grid, choose_cells, curves_markdown, exported
 from ..errors import ConfigError
 from ..fileio import writable_directory, write_json_atomic, write_text_atomic
-from ..guidance.recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant
-from ..guidance.study import score_on_test
+from ..guidance.recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant, check_weight_grid
+from ..guidance.study import CELL, score_on_test
 from ..models.weights import RUN_MODEL_FILE
 from ..plotting import figure
 from ..reporting import cell, markdown_table, statistic, write_csv
@@ -55,13 +54,11 @@ from .dfr import deep_feature_reweighting, extract_features, score_last_layer
 from .objectives import group_counts
 from .recipe import RobustRun, RobustVariant
 
-__all__ = ["RobustnessStudy", "choose_settings", "run_study", "weighted_accuracy"]
+__all__ = ["RobustnessStudy", "run_study", "weighted_accuracy"]
 
 logger = logging.getLogger(__name__)
 
 METRICS = ("accuracy", "worst_group_accuracy", "weighted_accuracy", "epg")
-#: the fields of a record that make one cell of the table (seeds and a method's candidate settings are within a cell)
-CELL = (*asdict(DataVariant()), "method", "fraction")
 WATERBIRDS = "waterbirds100"
 #: every group in the validation split: model selection by worst group and DFR's balanced subsets need them
 WATERBIRDS_OPTIONS = {"train_like_val": False}
@@ -109,14 +106,8 @@ class RobustnessStudy:
                "values in (0, 1]")
         names = ["baseline", *(m.name for m in self.robust), *(m.name for m in self.methods)]
         expect(len(set(names)) == len(names), "robust", names, "methods with distinct names (also from methods)")
-        for name, axes in self.grid.items():
-            expect(name in names[1:], f"grid.{name}", name,
-                   f"the name of a method of the study ({', '.join(names[1:])})")
-            for key, values in axes.items():
-                expect(key != "name" and len(values) > 0, f"grid.{name}.{key}", values,
-                       "a non-empty list of values of one of the method's hyper-parameters")
-        for method in [*self.robust, *self.methods]:
-            self.settings(method)  # every candidate value is a valid value of its field
+        check_grid(self.grid, [*self.robust, *self.methods])
+        check_weight_grid(self.grid, self.methods)
         try:
             self.runs(Path("unused"))
         except ConfigError as e:
@@ -137,7 +128,8 @@ class RobustnessStudy:
         """``run`` on the study's data: as built (``synthetic-birds``) or on ``waterbirds_root``."""
         if self.waterbirds_root is None:
             return run
-        return replace(run, data=WATERBIRDS, data_root=self.waterbirds_root, data_options=dict(WATERBIRDS_OPTIONS))
+        return replace(run, data=WATERBIRDS, data_root=self.waterbirds_root, data_options=dict(WATERBIRDS_OPTIONS),
+                       data_split_options={})
 
     def load(self, variant: DataVariant, split: str) -> Any:
         """Split ``split`` of ``variant``."""
@@ -191,20 +183,9 @@ class RobustnessStudy:
 
     def settings(self, method: Any) -> list[tuple[str, Any]]:
         """``(label, variant)`` of every candidate setting of ``method`` (a :class:`RobustVariant` or
-        :class:`~rightreasons.guidance.GuidedVariant`): one per combination of its ``grid`` values, labelled by them
-        (``step_size0.1``), or ``method`` itself, labelled ``""``, when the grid has no entry for it."""
-        axes = self.grid.get(method.name, {})
-        candidates = []
-        for values in itertools.product(*axes.values()):
-            changes = dict(zip(axes, values))
-            label = "-".join(f"{key}{value:g}" if isinstance(value, (int, float)) else f"{key}{value}"
-                             for key, value in changes.items())
-            if not set(changes) <= set(asdict(method)):
-                raise FieldError(f"grid.{method.name}", f"{sorted(set(changes) - set(asdict(method)))} are not "
-                                 f"hyper-parameters of {method.name} (it has {', '.join(asdict(method))})")
-            candidates.append((label, construct(type(method), **{**asdict(method), **changes},
-                                                key=f"grid.{method.name}")))
-        return candidates
+        :class:`~rightreasons.guidance.GuidedVariant`) by its ``grid`` entry
+        (:func:`~rightreasons.engine.selection.candidates`)."""
+        return candidates(method, self.grid.get(method.name, {}), f"grid.{method.name}")
 
     def dfr_bases(self, runs: Sequence[tuple[GridRun, dict[str, Any]]]) -> list[tuple[GridRun, dict[str, Any]]]:
         """Those of ``runs`` whose last layer DFR retrains: the baseline and, with ``dfr_on_guided``, the guided ones
@@ -234,30 +215,16 @@ def _cached(path: Path, compute: Any) -> dict[str, Any]:
     return result
 
 
-def choose_settings(candidates: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Per cell (data variant, method, box fraction; :data:`CELL`): every candidate setting's mean validation score
-    over the seeds (``candidates``: one record per trained run with ``setting`` and ``validation``) and the chosen
-    one, the best mean (the first in grid order on a tie): ``{"chosen": label, "validation": {label: mean}}``."""
-    by_cell: dict[tuple[Any, ...], dict[str, list[float]]] = {}
-    for r in candidates:
-        by_cell.setdefault(tuple(r[k] for k in CELL), {}).setdefault(r["setting"], []).append(r["validation"])
-    choices = {}
-    for key, settings in by_cell.items():
-        means = {label: statistics.fmean(scores) for label, scores in settings.items()}
-        choices[key] = {"chosen": max(means, key=means.__getitem__), "validation": means}
-    return choices
-
-
 def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     """Train every run of ``study`` into ``out``, choose every method's setting on validation
-    (:func:`choose_settings`), fit DFR, score the chosen runs on the test split once (kept beside each run) and write
-    ``study.json``, ``study.md``, ``study.csv`` and ``study.png``; returns the results."""
+    (:func:`~rightreasons.engine.selection.choose_cells`), fit DFR, score the chosen runs on the test split once (kept
+    beside each run) and write ``study.json``, ``study.md``, ``study.csv`` and ``study.png``; returns the results."""
     out, recipe = writable_directory(out), study.recipe
     runs = [(r, f) for r, f in study.runs(out)]
     run_grid([r for r, _ in runs])
-    scored = [(r, {**f, "validation": read_summary(r.output_dir)["best"]["score"]}) for r, f in runs if f["scored"]]
-    choices = choose_settings([f for _, f in scored])
-    chosen = [(r, f) for r, f in scored if f["setting"] == choices[tuple(f[k] for k in CELL)]["chosen"]]
+    scored = [(r, {**f, **exported(read_summary(r.output_dir))}) for r, f in runs if f["scored"]]
+    choices = choose_cells([f for _, f in scored], CELL, recipe.select)
+    chosen = [(r, f) for r, f in scored if f["setting"] == choices[tuple(f[k] for k in CELL)].chosen]
     with_dfr = {r.name for r, _ in study.dfr_bases(chosen)}
     records: list[dict[str, Any]] = []
     splits: dict[tuple[DataVariant, str], Any] = {}
@@ -298,18 +265,18 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
                         "worst_group_accuracy": fit["worst_group_accuracy"], "epg": None,
                         "weighted_accuracy": weighted_accuracy(fit, val.group_names, counts)})
     rows = summarize(records, choices)
-    selection = [{**dict(zip(CELL, key)), **choice} for key, choice in choices.items()]
+    selection = [{**dict(zip(CELL, key)), **choice.to_dict()} for key, choice in choices.items()]
     results = {"study": asdict(study), "selection": selection, "records": records, "rows": rows}
     write_json_atomic(out / "study.json", results)
     fixed = [*asdict(DataVariant()), "seed", "method", "setting", "fraction", "group_labels", "boxes"]
     write_csv(out / "study.csv", records, [*fixed, "validation", *METRICS])
-    write_text_atomic(out / "study.md", study_markdown(study, rows))
+    write_text_atomic(out / "study.md", study_markdown(study, rows) + curves_markdown(choices, CELL))
     plot_study(out / "study.png", study, rows)
     return results
 
 
 def summarize(records: Sequence[dict[str, Any]],
-              choices: dict[tuple[Any, ...], dict[str, Any]]) -> list[dict[str, Any]]:
+              choices: dict[tuple[Any, ...], Selection]) -> list[dict[str, Any]]:
     """One row per cell (data variant, method, box fraction): its chosen setting, how many it was chosen among
     (``candidates``; DFR's rows: those of the run it retrains), annotation cost and mean ± std over seeds of the
     validation score and :data:`METRICS` (EPG ``None`` where a method has none)."""
@@ -320,7 +287,7 @@ def summarize(records: Sequence[dict[str, Any]],
     for key, members in cells.items():
         trained = (*key[:-2], key[-2].removesuffix("+dfr"), key[-1])
         row: dict[str, Any] = {**dict(zip(CELL, key)), "setting": members[0]["setting"],
-                               "candidates": len(choices[trained]["validation"]), "seeds": len(members),
+                               "candidates": len(choices[trained].curve), "seeds": len(members),
                                "group_labels": members[0]["group_labels"], "boxes": members[0]["boxes"]}
         for metric in ("validation", *METRICS):
             values = [m[metric] for m in members]

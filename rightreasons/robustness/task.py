@@ -94,7 +94,7 @@ class RobustTask(ClassificationTask):
             self.group_weight = self.group_weight.to(trainer.accelerator.device)
         if self.first_stage is not None:
             data = self.config.data
-            images = load_dataset(data.name, data.root, data.train_split, **data.options)
+            images = load_dataset(data.name, data.root, data.train_split, **data.options_for(data.train_split))
             self.errors = error_set(self.first_stage, images, data.image_size, data.eval_batch_size,
                                     trainer.accelerator.device)
 

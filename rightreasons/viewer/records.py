@@ -34,7 +34,7 @@ def viewed_samples(run: ViewedRun, split: str, count: int) -> tuple[list[dict[st
     """The first ``count`` samples of ``split`` of the run's dataset as the run's model sees them (its evaluation
     transform at the size its model file records, else the config's), and the dataset."""
     data = run.config.data
-    dataset = load_dataset(data.name, data.root, split, **data.options)
+    dataset = load_dataset(data.name, data.root, split, **data.options_for(split))
     if not len(dataset):
         raise UsageError(f"--split {split}: {data.name} has no images in that split")
     recorded = recorded_input(run.model)

@@ -47,14 +47,15 @@ def run_labels(paths: Sequence[Path]) -> list[str]:
 
 def _dataset(config: ClassificationConfig) -> tuple[Any, ...]:
     """What names a run's data: the dataset, its folder (resolved: ``data/wb`` and ``./data/wb`` are one) and its
-    options."""
+    options (with each split's own)."""
     data = config.data
-    return data.name, data.root and Path(data.root).resolve(), data.options
+    return data.name, data.root and Path(data.root).resolve(), data.options, data.split_options
 
 
 def _describe(config: ClassificationConfig) -> str:
-    name, root, options = config.data.name, config.data.root, config.data.options
-    return name + (f" at {root}" if root else "") + (f" with options {dict(options)}" if options else "")
+    name, root, options, split = config.data.name, config.data.root, config.data.options, config.data.split_options
+    return (name + (f" at {root}" if root else "") + (f" with options {dict(options)}" if options else "")
+            + (f" and split options {dict(split)}" if split else ""))
 
 
 def check_same_dataset(runs: Sequence[ViewedRun]) -> None:

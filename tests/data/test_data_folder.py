@@ -71,7 +71,8 @@ def test_one_folder_and_a_labels_file_with_boxes_masks_splits_and_several_labels
 def test_bad_rows_name_the_file_the_line_and_what_was_expected(tmp_path):
     image(tmp_path / "a.jpg")
     for text, message in (
-            ("image,class,x,y\na.jpg,cat,3,4\n", r"line 2: unknown field\(s\) x, y; expected image, class, x1"),
+            ("image,class,u,v\na.jpg,cat,3,4\n", r"line 2: unknown field\(s\) u, v; expected image, class, x1"),
+            ("image,class,x,y\na.jpg,cat,3,\n", r"line 2: point x, y = \['3', ''\] is not two numbers"),
             ("image,class,x1,y1,x2,y2\na.jpg,cat,3,4,2,9\n",
              r"line 2: class cat: box \[3\.0, 4\.0, 2\.0, 9\.0\] is degenerate"),
             ("image,class,x1,y1,x2,y2\na.jpg,cat,3,4,,9\n", r"line 2: box x1, y1, x2, y2 = \['3', '4', '', '9'\] is "

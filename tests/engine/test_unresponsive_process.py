@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rightreasons.engine import launch
 from rightreasons.engine.launch import DEFAULT_TIMEOUT_S, TIMEOUT_VARIABLE, process_timeout
 from rightreasons.errors import UsageError
 from rightreasons.fileio import LOCK_FILE
@@ -90,3 +91,26 @@ def test_the_timeout_is_the_variable_or_the_default(monkeypatch):
     assert process_timeout().total_seconds() == DEFAULT_TIMEOUT_S < 30 * 60
     monkeypatch.setenv(TIMEOUT_VARIABLE, "12.5")
     assert process_timeout().total_seconds() == 12.5
+
+
+def _raised_in(filename: str, message: str) -> RuntimeError:
+    """The RuntimeError ``message`` raised by code whose file is ``filename`` (as torch's own code raises it)."""
+    namespace: dict = {}
+    exec(compile(f"def collective():\n    raise RuntimeError({message!r})\n", filename, "exec"), namespace)
+    try:
+        namespace["collective"]()
+    except RuntimeError as e:
+        return e
+    raise AssertionError("not raised")
+
+
+@pytest.mark.parametrize("filename, message, expected", [
+    # DDP's buffer broadcast when the other rank stopped answering (it names no gloo: seen in the suite under load)
+    (os.path.join("torch", "nn", "parallel", "distributed.py"), "Application timeout caused pair closure", True),
+    (os.path.join("torch", "distributed", "distributed_c10d.py"), "Connection closed by peer [127.0.0.1]:1234", True),
+    ("anywhere.py", "[gloo/transport/tcp/pair.cc:534] Read error", True),
+    (os.path.join("rightreasons", "engine", "trainer.py"), "shape mismatch", False),
+])
+def test_an_error_of_a_collective_is_told_from_other_errors(filename, message, expected):
+    """Which errors :func:`unanswered` turns into the one line naming the processes that did not answer."""
+    assert launch._collective(_raised_in(filename, message)) is expected

@@ -17,9 +17,10 @@ def direct(name: str, a: np.ndarray, m: np.ndarray) -> float:
     """The thesis's formula (eqs. 7.3–7.6) for one map ``a [H, W]`` and mask ``m [H, W]``, written out in NumPy."""
     pos = np.maximum(a, 0.0)
     hat_pos = pos / pos.max() if pos.max() > 0 else pos
-    if name == "energy":
+    if name in ("energy", "energy-size"):
         total = pos.sum()
-        return 1.0 - ((m * pos).sum() / total if total >= 1e-7 else (m * pos).sum())
+        energy = 1.0 - ((m * pos).sum() / total if total >= 1e-7 else (m * pos).sum())
+        return energy if name == "energy" else float(energy / max(1.0 - m.mean(), 0.1))
     if name == "l1":
         return float(np.abs(m - hat_pos).sum() / m.size)
     if name == "ppce":
@@ -116,7 +117,7 @@ def test_reductions_average_or_sum_over_annotated_samples():
 
 def test_loss_registry_and_errors():
     assert get_loss("Energy") is energy_loss and get_loss("RRR*") is rrr_loss and get_loss("PPCE") is ppce_loss
-    with pytest.raises(ValueError, match=r"valid names: \['energy', 'l1', 'ppce', 'rrr'\]"):
+    with pytest.raises(ValueError, match=r"valid names: \['energy', 'energy-size', 'l1', 'ppce', 'rrr'\]"):
         get_loss("iou")
     with pytest.raises(ValueError, match="masks must have the attributions' shape"):
         l1_loss(torch.zeros(2, 4, 4), torch.zeros(2, 4, 5, dtype=torch.bool))

@@ -4,12 +4,14 @@ tables and the figure written; an interrupted study resumes without retraining w
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 import rightreasons.engine.grid as grid_module
+import rightreasons.guidance.study as study_module
 from rightreasons.apps.cli import main
 from rightreasons.config import from_dict
 from rightreasons.errors import ConfigError
@@ -71,7 +73,60 @@ def test_tables_report_mean_std_and_the_paired_gain(tiny_study):
     assert "| energy | 12.5 % |" in table and "| val. worst_group_accuracy |" in table
     assert (out / "study.png").stat().st_size > 0
     assert (out / "study.csv").read_text().splitlines()[0].startswith("correlation,difficulty,data_seed,image_size,"
-                                                                      "seed,method,fraction")
+                                                                      "seed,method,setting,fraction")
+
+
+def test_the_weight_and_the_guided_epochs_are_chosen_on_validation_and_only_the_choice_is_tested(tmp_path,
+                                                                                                  monkeypatch):
+    """λ ∈ {0, 1} with 2 seeds and early stopping: every candidate trains, the best mean validation worst-group
+    accuracy chooses (never below λ = 0's), the curve is in study.json and study.md, and the test split scores each
+    seed's baseline and chosen run once."""
+    calls, score = [], study_module.score_on_test
+
+    def counted(model_file, *args, **kwargs):
+        calls.append(Path(model_file).parent.name)
+        return score(model_file, *args, **kwargs)
+
+    monkeypatch.setattr(study_module, "score_on_test", counted)
+    config = {**TINY, "seeds": 2, "annotated_fraction": [1.0], "grid": {"energy": {"weight": [0.0, 1.0]}},
+              "recipe": {**TINY["recipe"], "guided_epochs": 3, "patience": 1}}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        results = run_study(from_dict(GuidanceStudy, config), tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    folder = tmp_path / "corr1-diff0.5-data0-32px"
+    summaries = {(seed, w): json.loads((folder / f"seed-{seed}" / f"energy-weight{w}-boxes1" / "summary.json")
+                                       .read_text()) for seed in (0, 1) for w in (0, 1)}
+    assert all(s["config"]["eval"]["patience"] == 1 and s["config"]["optim"]["epochs"] == 3
+               for s in summaries.values())
+    (selection,) = [s for s in results["selection"] if s["method"] == "energy"]
+    curve = {p["setting"]: p for p in selection["curve"]}
+    for w in (0, 1):
+        assert curve[f"weight{w}"]["values"] == [summaries[(seed, w)]["best"]["score"] for seed in (0, 1)]
+    chosen = selection["chosen"]
+    assert curve[chosen]["mean"] >= curve["weight0"]["mean"] and curve[chosen]["mean"] == max(
+        p["mean"] for p in curve.values())
+    assert sorted(calls) == sorted(["baseline", "baseline", f"energy-{chosen}-boxes1", f"energy-{chosen}-boxes1"])
+    for seed in (0, 1):
+        for w in (0, 1):
+            assert (folder / f"seed-{seed}" / f"energy-weight{w}-boxes1" / "test.json").is_file() == (
+                f"weight{w}" == chosen)
+    records = [r for r in results["records"] if r["method"] == "energy"]
+    assert [r["setting"] for r in records] == [chosen, chosen]
+    assert [r["epoch"] for r in records] == [
+        next(h["epoch"] for h in summaries[(seed, int(chosen[-1]))]["history"]
+             if h["step"] == summaries[(seed, int(chosen[-1]))]["best"]["step"]) for seed in (0, 1)]
+    report = (tmp_path / "study.md").read_text()
+    assert f"**{chosen}: {100 * curve[chosen]['mean']:.1f} ± " in report.split("## Chosen on validation")[1]
+    (row,) = [r for r in results["rows"] if r["method"] == "energy"]
+    held = 100 * row["gain"]["mean"] >= -1
+    assert results["helps"] == [{"method": "energy", "boxes": "100 %", "cells": 1, "held": f"{int(held)} of 1",
+                                 "mean gain": f"{100 * row['gain']['mean']:+.1f}",
+                                 "min gain": f"{100 * row['gain']['mean']:+.1f}",
+                                 "max gain": f"{100 * row['gain']['mean']:+.1f}"}]
+    assert "## Where guidance helps" in report
 
 
 def test_an_interrupted_study_resumes_without_retraining(tiny_study, monkeypatch):
@@ -152,14 +207,14 @@ def test_shipped_study_files_are_valid(path, tmp_path, capsys):
 
 
 def test_the_demo_trains_as_the_study_that_chose_its_weights():
-    """The demo's λ were chosen on validation by ``configs/studies/demo_selection.yaml``: its recipe and data must
-    stay the demo's, and every demo weight must be one of the candidates it compared."""
+    """The demo's λ candidates come from ``configs/studies/demo_selection.yaml``: its recipe (but for the demo's early
+    stopping) and data must stay the demo's, and every non-zero demo weight must be one of the candidates it
+    compared."""
     from rightreasons.config import load_config
     from rightreasons.apps.demo.settings import DemoSettings
 
     study = load_config(GuidanceStudy, [p for p in STUDIES if p.stem == "demo_selection"][0])
     demo = DemoSettings.full()
-    assert study.recipe == demo.recipe and study.variants == [demo.data]
-    candidates = {(m.loss, m.weight) for m in study.methods}
-    assert {(v.loss, v.weight) for v in demo.variants} <= candidates
+    assert study.recipe == replace(demo.recipe, patience=None) and study.variants == [demo.data]
+    assert set(demo.weights) - {0.0} <= {m.weight for m in study.methods}
     assert {v.annotated_fraction or demo.annotated_fraction for v in demo.variants} <= set(study.annotated_fraction)

@@ -8,6 +8,7 @@ import torch
 
 import rightreasons as rr
 from rightreasons.errors import CheckpointError
+from rightreasons.explain import explain, save_explanation
 from rightreasons.models import model_file
 from rightreasons.models.hub import from_pretrained, save_pretrained
 from rightreasons.models.preprocessing import InputConfig
@@ -74,3 +75,22 @@ def test_from_pretrained_returns_the_model_in_evaluation_mode(tmp_path):
     loaded = from_pretrained(tmp_path / "m")
     x = torch.rand(2, 6, 32, 32)
     assert not loaded.training and torch.equal(loaded(x), model(x)) and torch.equal(loaded(x), model(x))
+
+
+def test_explanation_figures_are_copied_in_and_shown_by_the_card(tmp_path, model):
+    """Issue 35, item 2: the card shows explanation figures of example images, drawn by `save_explanation`; a later
+    export with fewer figures leaves none of the earlier ones behind, and loading still reads the model file only."""
+    x = torch.rand(2, 6, 32, 32)
+    figures = [save_explanation(tmp_path / f"figure-{i}.png", x[i], explain(model, x[i:i + 1]).weights[0],
+                                title=f"example {i}") for i in range(2)]
+    directory = save_pretrained(model, tmp_path / "export", pictures=figures)
+    assert sorted(p.name for p in directory.glob("*.png")) == ["explanation-1.png", "explanation-2.png"]
+    assert (directory / "explanation-2.png").read_bytes() == figures[1].read_bytes()
+    card = (directory / "README.md").read_text()
+    assert card.index("## Explanations") < card.index("![explanation 1](explanation-1.png)") < \
+        card.index("![explanation 2](explanation-2.png)")
+    assert torch.equal(from_pretrained(directory)(x), model(x))
+    save_pretrained(model, directory, pictures=figures[1:])
+    assert [p.name for p in directory.glob("*.png")] == ["explanation-1.png"]
+    assert (directory / "explanation-1.png").read_bytes() == figures[1].read_bytes()
+    assert "explanation-2.png" not in (directory / "README.md").read_text()

@@ -4,6 +4,8 @@ that carry their transform, class names and metadata as torchvision's do, and ti
 from __future__ import annotations
 
 import hashlib
+import re
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +96,14 @@ def test_timm_features_only_fails_with_a_clear_message():
     with pytest.raises(UsageError, match=r"bcos_resnet18: timm's feature extraction \(features_only\) is not "
                                          r"supported.*forward_features.*capture_outputs"):
         timm.create_model("bcos_resnet18", features_only=True, **TINY)
+
+
+def test_every_torch_hub_load_names_the_repository_of_the_project_metadata():
+    """Issue 35, item 6: the docs said `torch.hub.load("<owner>/rightreasons", ...)`; the owner is the one of
+    pyproject.toml's Repository URL, wherever `hubconf.py` or the docs name it."""
+    url = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    repository = url.removeprefix("https://github.com/")
+    files = [ROOT / "hubconf.py", ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    named = {(f.name, m) for f in files for m in re.findall(r'torch\.hub\.load\(\s*"([^"]+)"', f.read_text())}
+    assert {f for f, _ in named} >= {"hubconf.py", "cli.md", "index.md"}
+    assert {m for _, m in named} == {repository}, named

@@ -25,7 +25,7 @@ TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_e
                    {"name": "groupdro", "method": "groupdro", "adjustment": 1.0},
                    {"name": "jtt", "method": "jtt", "first_stage_epochs": 1, "upweight": 3.0}],
         "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}, {"name": "l1", "loss": "l1", "weight": 1.0}],
-        "grid": {"groupdro": {"step_size": [0.01, 1.0]}, "energy": {"weight": [1.0, 5.0]}}, "dfr_retrains": 2}
+        "grid": {"groupdro": {"step_size": [0.01, 1.0]}, "energy": {"weight": [0.0, 1.0]}}, "dfr_retrains": 2}
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +66,13 @@ def test_every_grid_setting_trains_and_only_the_one_best_on_validation_is_report
     out, results = tiny_study
     folder = out / "corr0.75-diff0.5-data0-32px" / "seed-0"
     candidates = {"groupdro": {"step_size0.01": "groupdro-step_size0.01", "step_size1": "groupdro-step_size1"},
-                  "energy": {"weight1": "energy-weight1-boxes0.125", "weight5": "energy-weight5-boxes0.125"}}
+                  "energy": {"weight0": "energy-weight0-boxes0.125", "weight1": "energy-weight1-boxes0.125"}}
     selection = {r["method"]: r for r in results["selection"]}
     for method, runs in candidates.items():
         validation = {label: json.loads((folder / run / "summary.json").read_text())["best"]["score"]
                       for label, run in runs.items()}
-        assert selection[method]["validation"] == pytest.approx(validation)
+        curve = {p["setting"]: p["mean"] for p in selection[method]["curve"]}
+        assert curve == pytest.approx(validation) and selection[method]["metric"] == "worst_group_accuracy"
         chosen = max(validation, key=validation.__getitem__)
         assert selection[method]["chosen"] == chosen
         assert [(folder / run / "test.json").is_file() for run in runs.values()] == [
@@ -80,7 +81,9 @@ def test_every_grid_setting_trains_and_only_the_one_best_on_validation_is_report
         assert record["setting"] == chosen and record["validation"] == validation[chosen]
         (row,) = [r for r in results["rows"] if r["method"] == method]
         assert (row["setting"], row["candidates"]) == (chosen, 2)
-    assert f"| {selection['groupdro']['chosen']} (of 2) |" in (out / "study.md").read_text()
+    report = (out / "study.md").read_text()
+    assert f"| {selection['groupdro']['chosen']} (of 2) |" in report
+    assert f"**{selection['energy']['chosen']}: " in report.split("## Chosen on validation")[1]
 
 
 def test_annotation_cost_and_training_weighted_average(tiny_study):
@@ -107,8 +110,9 @@ def test_dry_run_lists_every_training_and_the_shipped_study_loads(tmp_path, caps
     study = load_config(RobustnessStudy, shipped)
     trainings, fits = study.dry_run()
     # ERM, reweight, subsample, GroupDRO × 2 step sizes, JTT: a first stage per T (2) and a second per (T, λ_up)
-    # (4), 2 losses × 2 weights × 2 box shares; DFR on ERM and on the chosen setting of every loss and box share
-    per_seed = 1 + 1 + 1 + 2 + 2 + 4 + 2 * 2 * 2
+    # (4), 2 losses × 3 weights (0 among them) × 2 box shares; DFR on ERM and on the chosen setting of every loss and
+    # box share
+    per_seed = 1 + 1 + 1 + 2 + 2 + 4 + 2 * 3 * 2
     assert len(trainings) == 2 * 3 * per_seed and len(fits) == 2 * 3 * (1 + 4)
     assert sum("jtt stage 1" in t for t in trainings) == 2 * 3 * 2
     assert main(["study", "robustness", str(shipped), "--out", str(tmp_path), "--dry-run"]) == 0

@@ -40,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "check a dataset download (VOC, COCO, Waterbirds), build derived files"),
     "explain": ("rightreasons.apps.cli.explain", "write B-cos explanations of images as PNGs"),
     "view": ("rightreasons.apps.cli.view", "write one HTML page comparing runs' explanations image by image"),
+    "judge": ("rightreasons.apps.cli.judge",
+              "score models x explanation methods with the explanation-quality metrics: table and figure"),
     "bcosify": ("rightreasons.apps.cli.bcosify", "convert a standard model into a B-cos model file"),
     "export": ("rightreasons.apps.cli.export", "write a run's model as a Hub-style model directory with a model card"),
     "train": ("rightreasons.apps.cli.train", "fine-tune a classifier (no localisation term)"),
@@ -55,6 +57,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                         "the group-robustness methods)"),
     "demo": ("rightreasons.apps.cli.demo", "guide B-cos models on the synthetic Waterbirds-like benchmark and write a "
                                       "report (results.json, report.md, figures)"),
+    "completion": ("rightreasons.apps.cli.completion", "print a shell completion script (bash or zsh)"),
 }
 """Command → (the module that registers it, its one-line help in `rightreasons --help`). The help is written here
 so that the overview needs no command module; each module registers the same line (a test checks that they agree)."""
@@ -69,10 +72,24 @@ DESCRIPTION = ("Make image classifiers right for the right reasons: B-cos networ
 
 class PlainHelpFormatter(argparse.HelpFormatter):
     """Help in plain text: descriptions and help strings lose their docstring markup
-    ([`plain_text`][rightreasons.console.plain_text]), wherever a command module took them from."""
+    ([`plain_text`][rightreasons.console.plain_text]), wherever a command module took them from. A line indented by
+    two spaces (an example command, `arguments.examples`) is kept as written."""
 
     def _format_text(self, text: str) -> str:
         return super()._format_text(plain_text(text))
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks: list[str] = []
+        prose: list[str] = []
+        for line in [*text.splitlines(), "  "]:  # the last line ends the last paragraph
+            if not line.startswith("  "):
+                prose.append(line)
+                continue
+            if prose:
+                blocks.append(super()._fill_text(" ".join(prose), width, indent))
+                prose = []
+            blocks.append(indent + line.rstrip() if line.strip() else "")
+        return "\n".join(blocks).rstrip("\n")
 
     def _expand_help(self, action: argparse.Action) -> str:
         return plain_text(super()._expand_help(action))

@@ -1,5 +1,6 @@
 """Arguments shared by the command-line parsers: numbers checked for their range while the command line is parsed,
-and the ``--resume [CHECKPOINT]`` and ``--overwrite`` options of the training commands.
+the ``--resume [CHECKPOINT]``, ``--overwrite`` and ``--print-config`` options of the training commands, and the
+examples at the end of every command's ``--help``.
 
 argparse calls a type with the argument's text; an :class:`argparse.ArgumentTypeError` becomes the usual one-line
 ``error: argument --NAME: ...`` with exit code 2, before any work starts. Without these, an out-of-range number either
@@ -10,7 +11,7 @@ silently became the default (``--image-size 0``).
 train --config C --resume optim.lr=1e-4`` that is a config override. :func:`resume_and_overrides` gives such a word
 (it holds ``=`` and names no file) back to the overrides.
 
-Imports nothing of rightreasons, so that every command module can use it without loading torch.
+Imports nothing of rightreasons at import time, so that every command module can use it without loading torch.
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ import argparse
 import os
 from pathlib import Path
 
-__all__ = ["add_overwrite", "add_resume", "max_threads", "non_negative_int", "positive_int", "resume_and_overrides",
-           "thread_count", "torch_device", "unit_float"]
+__all__ = ["add_overwrite", "add_print_config", "add_resume", "examples", "max_threads", "non_negative_int",
+           "positive_int", "print_config", "resume_and_overrides", "thread_count", "torch_device", "unit_float"]
+
+
+def examples(*commands: str) -> str:
+    """The ``epilog`` of a command's ``--help``: ``Example:`` or ``Examples:`` and the command lines, as written."""
+    return ("Example:" if len(commands) == 1 else "Examples:") + "".join(f"\n  {c}" for c in commands)
 
 
 def add_resume(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +42,21 @@ def add_overwrite(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run in output_dir (its summary.json, model.safetensors and checkpoints) "
                              "and start from the beginning; without it a finished run is never overwritten")
+
+
+def add_print_config(parser: argparse.ArgumentParser) -> None:
+    """Add ``--print-config`` (``args.print_config``): print the resolved config and exit (:func:`print_config`)."""
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (the file with the overrides and every default) as YAML and "
+                             "exit without running; that YAML given as --config resolves to the same config")
+
+
+def print_config(config: object) -> int:
+    """Print ``config`` (a config dataclass) as YAML that ``--config`` reads back to the same config; exit code 0."""
+    from ...config import to_dict, yaml_document
+
+    print(yaml_document(to_dict(config)), end="")
+    return 0
 
 
 def resume_and_overrides(args: argparse.Namespace) -> tuple[bool | str, list[str]]:

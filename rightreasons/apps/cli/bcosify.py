@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ...choices import WEIGHT_MODES
 from ...errors import UsageError
-from .arguments import positive_int
+from .arguments import examples, positive_int
 
 if TYPE_CHECKING:  # torch and the zoo are imported only when the command runs, so that `--help` starts at once
     from torch import nn
@@ -28,7 +28,11 @@ __all__ = ["build_source", "register", "run"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bcosify", help="convert a standard model into a B-cos model file",
                               description="Convert a standard ResNet, DenseNet or ViT into a B-cos network "
-                                          "(B-cosification) and write it as a model file that load_model rebuilds.")
+                                          "(B-cosification) and write it as a model file that load_model rebuilds.",
+                              epilog=examples("rightreasons bcosify --model resnet50 --checkpoint weights.pth --out "
+                                              "converted.safetensors",
+                                              "rightreasons bcosify --model resnet50 --pretrained --out "
+                                              "bcos_resnet50.safetensors"))
     p.add_argument("--model", help="registered standard model name, e.g. resnet50 (optional with a checkpoint "
                                    "written by rightreasons)")
     weights = p.add_mutually_exclusive_group()

@@ -6,15 +6,20 @@ import argparse
 from pathlib import Path
 
 from ...choices import SYNTHETIC_NAMES, SYNTHETIC_SIZES, SYNTHETIC_SPLITS
-from .arguments import non_negative_int, positive_int, unit_float
+from .arguments import examples, non_negative_int, positive_int, unit_float
+
+SYNTH_EXAMPLE = "rightreasons data synth --out data/synthetic --size 64"
+"""The example of ``data`` and ``data synth``."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("data", help="dataset utilities")
+    p = subparsers.add_parser("data", help="dataset utilities", epilog=examples(SYNTH_EXAMPLE))
     sub = p.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
     s = sub.add_parser("synth", help="generate the synthetic benchmark (PNG images + index.json)",
                        description="Writes DIR/<name>/index.json and PNGs for each synthetic dataset; load them "
-                                   "with rightreasons.data.load_dataset(name, DIR, split).")
+                                   "with rightreasons.data.load_dataset(name, DIR, split).",
+                       epilog=examples(SYNTH_EXAMPLE, "rightreasons data synth --out data/synthetic --task "
+                                                      "synthetic-birds --correlation 0.95"))
     s.add_argument("--out", required=True, type=Path, help="output directory")
     s.add_argument("--task", choices=[*SYNTHETIC_NAMES, "all"], default="all", help="which dataset(s) to write")
     s.add_argument("--size", type=positive_int, default=64, help="image side in pixels (default 64)")

@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import examples, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="guide B-cos models on the synthetic Waterbirds-like benchmark and "
-                                           "write a report (results.json, report.md, figures)")
+                                           "write a report (results.json, report.md, figures)",
+                              epilog=examples("rightreasons demo --quick --out /tmp/demo",
+                                              "rightreasons demo --seeds 3 --out runs/demo"))
     p.add_argument("--quick", action="store_true", help="1 seed, fewer images and epochs (a smoke run of every stage)")
     p.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (default: runs/demo)")
     p.add_argument("--seeds", type=positive_int, default=None, help="training seeds (default: 3; with --quick: 1)")

@@ -12,9 +12,10 @@
 A model argument (``--teacher``, ``--model``) is a run — its directory, its model file or one of its checkpoint
 directories (:func:`~rightreasons.engine.artifacts.locate_artifact`) — or, when it is no path, a registry name.
 
-``distill`` and ``cache`` take ``--config FILE`` plus ``key.path=value`` overrides (validated); under ``accelerate
-launch`` or ``torchrun`` they use every process (``cache`` splits the shards among them). ``cache`` stopped by Ctrl-C
-says how many shards it kept (one line) and exits with code 130; the same command run again finishes the cache.
+``distill`` and ``cache`` take ``--config FILE`` plus ``key.path=value`` overrides (validated; ``--print-config``
+prints the config they resolve to and exits); under ``accelerate launch`` or ``torchrun`` they use every process
+(``cache`` splits the shards among them). ``cache`` stopped by Ctrl-C says how many shards it kept (one line) and
+exits with code 130; the same command run again finishes the cache.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import add_overwrite, add_resume, non_negative_int, positive_int, resume_and_overrides
+from .arguments import (add_overwrite, add_print_config, add_resume, examples, non_negative_int, positive_int,
+                        print_config, resume_and_overrides)
 
 if TYPE_CHECKING:
     from ...distill import DistillConfig
@@ -40,6 +42,10 @@ logger = logging.getLogger(__name__)
 EXIT_INTERRUPTED = 130
 """Exit code of a ``cache`` stopped by Ctrl-C (128 + SIGINT, what a shell reports for a process killed by it)."""
 
+SHIFT_EXAMPLE = ("rightreasons analyze shift --model teacher=runs/teacher --model e2kd=runs/e2kd --data "
+                 "synthetic-birds --split test --image-size 64 --max-shift 16 --out runs/shift")
+"""The example of ``analyze`` and ``analyze shift``."""
+
 DEFAULT_SHIFT_SIZE = 224
 """The input size of ``analyze shift`` when no model file records the resolution it was trained at."""
 
@@ -48,10 +54,16 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path,
                         help="YAML distillation config (schema: rightreasons.distill.config)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. distill.temperature=5")
+    add_print_config(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("distill", help="distil a teacher into a student (KD, e²KD, frozen e²KD, AT)")
+    p = subparsers.add_parser("distill", help="distil a teacher into a student (KD, e²KD, frozen e²KD, AT)",
+                              epilog=examples("rightreasons distill --config configs/distill/waterbirds100.yaml "
+                                              "output_dir=runs/e2kd --resume",
+                                              "rightreasons distill --config configs/distill/"
+                                              "imagenet_bcos_densenet169_r18_50shot_frozen.yaml --frozen "
+                                              "runs/cache-dn169"))
     _add_config(p)
     p.add_argument("--frozen", type=Path, metavar="DIR", help="train on the cached teacher outputs in DIR "
                                                               "(same as distill.frozen=DIR)")
@@ -59,7 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_overwrite(p)
     p.set_defaults(func=run_distill)
 
-    p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image")
+    p = subparsers.add_parser("cache", help="compute a teacher's logits and explanations once per training image",
+                              epilog=examples("rightreasons cache --config configs/distill/"
+                                              "imagenet_bcos_densenet169_r18_50shot_frozen.yaml --out runs/cache-dn169",
+                                              "rightreasons cache --teacher runs/teacher --data synthetic-birds "
+                                              "--image-size 64 --out runs/cache --check"))
     _add_config(p)
     p.add_argument("--teacher", help="teacher: a run of rightreasons (its directory, model file or a checkpoint "
                                      "directory), or a registry name (teacher.name; weights with "
@@ -80,9 +96,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-images", type=positive_int, default=64, help="images --check compares (default 64)")
     p.set_defaults(func=run_cache)
 
-    p = subparsers.add_parser("analyze", help="analyses of trained models")
+    p = subparsers.add_parser("analyze", help="analyses of trained models", epilog=examples(SHIFT_EXAMPLE))
     analyses = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
-    s = analyses.add_parser("shift", help="explanation similarity under diagonal image shifts, with a plot")
+    s = analyses.add_parser("shift", help="explanation similarity under diagonal image shifts, with a plot",
+                            epilog=examples(SHIFT_EXAMPLE))
     s.add_argument("--model", action="append", required=True, metavar="[LABEL=]MODEL",
                    help="a run of rightreasons (its directory, model file or a checkpoint directory) or a registry "
                         "name; repeat for several curves")
@@ -114,6 +131,8 @@ def run_distill(args: argparse.Namespace) -> int:
     resume, overrides = resume_and_overrides(args)
     overrides += [f"distill.frozen={args.frozen}"] if args.frozen else []
     config = _located_teacher(load_task_config("distill", args.config, overrides), args.config, overrides)
+    if args.print_config:
+        return print_config(config)
     summary = run(config, resume=resume, overwrite=args.overwrite)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir,
@@ -172,6 +191,8 @@ def run_cache(args: argparse.Namespace) -> int:
         if flag is not None:
             overrides.append(f"{key}={flag}")
     config = _located_teacher(load_task_config("distill", args.config, overrides), args.config, overrides)
+    if args.print_config:
+        return print_config(config)
     if args.check:
         print(json.dumps(check_cache(config, args.out, num_images=args.num_images)))
         return 0

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
-from .arguments import positive_int, torch_device
+from .arguments import examples, positive_int, torch_device
 
 if TYPE_CHECKING:  # torch is imported only when the command runs, so that `--help` starts at once
     from torch import Tensor, nn
@@ -46,7 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Explain a B-cos model's decisions on image files: per image, the input, the "
                                           "colour explanation, the contribution map and a side-by-side figure with the "
                                           "class name, its probability and a colour scale (PNGs). The model needs "
-                                          "weights: --checkpoint, --pretrained, or --random-weights on purpose.")
+                                          "weights: --checkpoint, --pretrained, or --random-weights on purpose.",
+                              epilog=examples("rightreasons explain --model bcos_resnet50 --pretrained photo.jpg "
+                                              "photos/ --out explained/",
+                                              "rightreasons explain --checkpoint runs/voc/guided photos/ --out "
+                                              "explained/ --target cat"))
     p.add_argument("images", nargs="+", type=Path, metavar="IMAGE",
                    help="image files (any format PIL reads), or directories: every image file in them")
     p.add_argument("--model", help="registered B-cos model name (not needed for what rightreasons training wrote)")

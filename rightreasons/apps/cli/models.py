@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 
 from ...errors import UsageError
+from .arguments import examples
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("models", help="list registered model names")
+    p = subparsers.add_parser("models", help="list registered model names",
+                              epilog=examples("rightreasons models 'bcos_resnet*'", "rightreasons models --bcos"))
     p.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'bcos_resnet*'")
     p.add_argument("--bcos", action="store_true", help="only B-cos models")
     p.set_defaults(func=run)

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .arguments import non_negative_int, unit_float
+from .arguments import examples, non_negative_int, unit_float
 
 if TYPE_CHECKING:  # the check modules import the data package (torch) when the command runs
     from ...data.prepare import Report
@@ -29,6 +29,10 @@ DEFAULT_ROOTS = {"voc2007": "data/VOCdevkit/VOC2007", "coco2014": "data/coco",
                  "waterbirds100": "data/waterbird_1.0_forest2water2"}
 
 
+PREPARE = "rightreasons prepare"
+"""The start of the examples of ``prepare`` and its datasets."""
+
+
 def _root(parser: argparse.ArgumentParser, dataset: str, what: str) -> None:
     """The options of every dataset: ``--root`` and ``--workers``."""
     parser.add_argument("--root", type=Path, default=Path(DEFAULT_ROOTS[dataset]),
@@ -38,14 +42,17 @@ def _root(parser: argparse.ArgumentParser, dataset: str, what: str) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("prepare", help="check a dataset download (VOC, COCO, Waterbirds), build derived files")
+    p = subparsers.add_parser("prepare", help="check a dataset download (VOC, COCO, Waterbirds), build derived files",
+                              epilog=examples(f"{PREPARE} voc2007 --root data/VOCdevkit/VOC2007",
+                                              f"{PREPARE} config --config configs/guidance/voc2007.yaml"))
     datasets = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
 
     s = datasets.add_parser("voc2007", aliases=["voc"], help="PASCAL VOC 2007",
                             description="Check a PASCAL VOC 2007 download for load_dataset('voc2007', ROOT, split): "
                                         "the layout, every split read by the loader as training reads it (lists, "
                                         "annotations, every image), the official image counts and, with --tars, the "
-                                        "md5 of the release tar files.")
+                                        "md5 of the release tar files.",
+                            epilog=examples(f"{PREPARE} voc2007 --root data/VOCdevkit/VOC2007 --tars downloads"))
     _root(s, "voc2007", "VOCdevkit/VOC2007 (or a folder holding it)")
     s.add_argument("--tars", type=Path, help="folder with the two release tar files, to check their md5")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official image counts")
@@ -55,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             description="Check an MS COCO 2014 download for load_dataset('coco2014', ROOT, split): "
                                         "both instances files and every image they list, read by the loader as "
                                         "training reads them, the official image counts and, with --checksums, an "
-                                        "md5sum-style file.")
+                                        "md5sum-style file.",
+                            epilog=examples(f"{PREPARE} coco2014 --root data/coco"))
     _root(s, "coco2014", "the COCO root (annotations/, train2014/, val2014/)")
     s.add_argument("--checksums", type=Path, help="md5sum-style file of paths relative to ROOT")
     s.add_argument("--allow-partial", action="store_true", help="do not compare with the official counts")
@@ -66,7 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             description="Check a Waterbirds-100 download for load_dataset('waterbirds100', ROOT, "
                                         "split) and print its images per split and group; with --segmentations, "
                                         "build the bird box file from the CUB masks, else check that it covers "
-                                        "every image.")
+                                        "every image.",
+                            epilog=examples(f"{PREPARE} waterbirds100 --root data/waterbird_1.0_forest2water2 "
+                                            "--segmentations CUB_200_2011/segmentations"))
     _root(s, "waterbirds100", "the folder holding metadata.csv and the images")
     s.add_argument("--segmentations", type=Path,
                    help="CUB-200-2011's segmentations/ directory (from segmentations.tgz): builds ROOT/boxes.csv")
@@ -77,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = datasets.add_parser("config", help="the dataset of a training config (coco-json, folder, a registered one...)",
                             description="Check the dataset that a training config's data section names: its "
                                         "training and validation splits built with data.options, every image "
-                                        "read as training reads it, and no image in two splits.")
+                                        "read as training reads it, and no image in two splits.",
+                            epilog=examples(f"{PREPARE} config --config my_data.yaml data.root=/scratch/my_data"))
     s.add_argument("--config", type=Path, required=True, help="the training config (YAML)")
     s.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for guide and train")
     s.add_argument("--workers", type=non_negative_int, default=min(8, os.cpu_count() or 1),
@@ -109,7 +120,8 @@ def run_config(args: argparse.Namespace) -> int:
     from ...engine.config import DataConfig
 
     data = from_dict(DataConfig, read_config(args.config, args.overrides).get("data"), "data")
-    return _report(config.check(data.name, data.root, [data.train_split, data.val_split], data.options, args.workers))
+    return _report(config.check(data.name, data.root, [data.train_split, data.val_split], data.options_for,
+                                        args.workers))
 
 
 def _report(report: Report) -> int:

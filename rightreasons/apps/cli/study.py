@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from ...console import count
+from .arguments import examples
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "fraction, method and seed of a study file; every training exports its "
                                           "best checkpoint on the group-balanced validation split, the test split "
                                           "is only reported. Finished runs are kept, so an interrupted study "
-                                          "resumes. Writes study.md, study.csv, study.json and study.png.")
+                                          "resumes. Writes study.md, study.csv, study.json and study.png.",
+                              epilog=examples("rightreasons study guidance configs/studies/guidance.yaml --out "
+                                              "runs/study --dry-run",
+                                              "rightreasons study robustness configs/studies/robustness.yaml --out "
+                                              "runs/robustness --set seeds=1"))
     p.add_argument("kind", choices=["guidance", "robustness"],
                    help="the study (guidance: synthetic-birds, box guidance; robustness: box guidance beside the "
                         "group-robustness methods)")
@@ -51,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     study = load_config(GuidanceStudy, args.grid, args.overrides)
     if args.dry_run:
         print(f"{study.trainings} trainings: {len(study.variants)} data variant(s) × {study.seeds} seed(s) × "
-              f"(baseline + {len(study.annotated_fraction)} fraction(s) × {len(study.methods)} method(s))")
+              f"(baseline + {len(study.annotated_fraction)} fraction(s) × "
+              f"{sum(len(study.settings(m)) for m in study.methods)} guided setting(s))")
         for variant in study.variants:
             print(f"  {variant.label}")
         return 0

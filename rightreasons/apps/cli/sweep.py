@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ...console import count
 from ...errors import UsageError
+from .arguments import examples
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +18,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Expand grid files into runs (every config validated first), run them one "
                                           "after another (skipping finished runs, resuming interrupted ones) and "
                                           "write pareto.md, pareto.csv and pareto.png: seeds averaged, each group's "
-                                          "representative chosen on validation and scored once on the test split.")
+                                          "representative chosen on validation and scored once on the test split.",
+                              epilog=examples("rightreasons sweep configs/guidance/grids/waterbirds.yaml --dry-run",
+                                              "rightreasons sweep configs/guidance/grids/waterbirds.yaml --set "
+                                              "data.root=/scratch/waterbirds"))
     p.add_argument("grids", nargs="+", type=Path, help="grid files (configs/guidance/grids/*.yaml)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     p.add_argument("--collect-only", action="store_true", help="do not train; only write the Pareto report")

@@ -2,8 +2,9 @@
 classifiers from YAML configs.
 
 ``train``, ``guide`` and ``robust`` need ``--config FILE`` (a run always says what it trains, on which data, into which
-directory) plus ``key.path=value`` overrides (validated: unknown keys are errors). Under ``accelerate launch`` or
-``torchrun`` every process runs the same command and training uses all of them.
+directory) plus ``key.path=value`` overrides (validated: unknown keys are errors); ``--print-config`` prints the
+config they resolve to as YAML and exits (``evaluate`` too). Under ``accelerate launch`` or ``torchrun`` every process
+runs the same command and training uses all of them.
 
 ``evaluate`` scores what ``train``/``guide`` wrote: the run directory, its model file or one of its checkpoint
 directories. Without ``--config`` it reads the run's config from the run (``summary.json``, or a checkpoint's trainer
@@ -24,13 +25,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import add_overwrite, add_resume, positive_int, resume_and_overrides
+from .arguments import (add_overwrite, add_print_config, add_resume, examples, positive_int, print_config,
+                        resume_and_overrides)
 
 if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when they run, so that --help starts at once
     from ...engine import TrainConfig
 
 logger = logging.getLogger(__name__)
 
+EXAMPLES = {
+    "train": ("rightreasons train --config configs/guidance/voc2007_baseline.yaml",
+              "rightreasons train --config configs/guidance/voc2007_baseline.yaml optim.lr=1e-4 --print-config"),
+    "guide": ("rightreasons guide --config configs/guidance/voc2007.yaml guidance.weight=5e-3 --resume",),
+    "robust": ("rightreasons robust --config CONFIG.yaml robustness.method=groupdro robustness.adjustment=1",),
+    "evaluate": ("rightreasons evaluate --checkpoint runs/voc2007/guided --out runs/voc2007/guided/test.json",
+                 "rightreasons evaluate --checkpoint runs/voc2007/guided/checkpoints/step-000500 --split val"),
+}
+"""Command → the example commands at the end of its ``--help``."""
 
 
 def _add_common(parser: argparse.ArgumentParser, config_required: bool) -> None:
@@ -39,6 +50,7 @@ def _add_common(parser: argparse.ArgumentParser, config_required: bool) -> None:
                         if config_required else
                         "YAML config (default: the config in the summary.json beside --checkpoint)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. optim.lr=1e-4")
+    add_print_config(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,12 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             ("guide", "fine-tune with a localisation loss on bounding boxes"),
                             ("robust", "train a classifier with a group-robustness objective (reweighting, "
                                        "subsampling, GroupDRO, JTT's up-weighting)")):
-        p = subparsers.add_parser(name, help=help_text)
+        p = subparsers.add_parser(name, help=help_text, epilog=examples(*EXAMPLES[name]))
         _add_common(p, config_required=True)
         add_resume(p)
         add_overwrite(p)
         p.set_defaults(func=run_train)
-    p = subparsers.add_parser("evaluate", help="evaluate a trained model on a split and write all metrics as JSON")
+    p = subparsers.add_parser("evaluate", help="evaluate a trained model on a split and write all metrics as JSON",
+                              epilog=examples(*EXAMPLES["evaluate"]))
     _add_common(p, config_required=False)
     p.add_argument("--checkpoint", type=Path, required=True,
                    help="what train/guide wrote: the run directory, its model.safetensors or a checkpoint directory "
@@ -73,6 +86,8 @@ def run_train(args: argparse.Namespace) -> int:
 
     resume, overrides = resume_and_overrides(args)
     config = load_task_config(args.command, args.config, overrides)
+    if args.print_config:
+        return print_config(config)
     summary = run(config, resume=resume, overwrite=args.overwrite)
     if PartialState().is_main_process:
         print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
@@ -109,6 +124,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         config, source = load_task_config(None, args.config, args.overrides), args.config
     else:
         config, source = run_config(args.checkpoint, list(args.overrides))
+    if args.print_config:
+        return print_config(config)
     split = args.split or default_test_split(config.data.name)
     logger.info("evaluating %s on split %r of %s (config: %s)", args.checkpoint, split, config.data.name, source)
     results = {"config": str(source), **score_checkpoint(config, args.checkpoint, split, image_size=args.size)}

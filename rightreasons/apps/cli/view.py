@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import positive_int, torch_device
+from .arguments import examples, positive_int, torch_device
 
 if TYPE_CHECKING:  # torch and the viewer are imported when the command runs, so that --help starts at once
     from ...viewer import ViewedRun
@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("view", help="write one HTML page comparing runs' explanations image by image",
                               description="Write one self-contained HTML page (no server, nothing fetched) with the "
                                           "same test images for every run: boxes, each run's explanation, prediction "
-                                          "and EPG, labels and groups; filters, sorting by EPG and each run's metrics. "
-                                          "Example: rightreasons view runs/baseline runs/guided --out compare.html")
+                                          "and EPG, labels and groups; filters, sorting by EPG and each run's metrics.",
+                              epilog=examples("rightreasons view runs/baseline runs/guided --out compare.html"))
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
                    help="a run directory, its model.safetensors or a checkpoint directory (RUN/checkpoints/step-N)")
     p.add_argument("--out", type=Path, required=True, help="the HTML file to write")

@@ -102,7 +102,8 @@ def distill_and_evaluate(ctx: DemoContext) -> None:
         teacher_model = load_model(teacher).to(ctx.device)
         recipes = {mode: DistillationRun(
             teacher=str(teacher), mode=mode, output_dir=str(folder / mode), student=d.student,
-            student_kwargs=dict(d.student_kwargs), data_options=s.dataset_options("train"), image_size=s.image_size,
+            student_kwargs=dict(d.student_kwargs), data_options=s.dataset_options("train"),
+            data_split_options={"test": s.dataset_options("test")}, image_size=s.image_size,
             batch_size=s.recipe.batch_size, epochs=d.epochs, lr=d.lr, temperature=d.temperature,
             explanation_weight=d.explanation_weight, seed=seed, cache_dir=str(folder / "teacher-cache"),
             test_split=None, cpu=ctx.device.type == "cpu", localization=False, eval_data=validation)

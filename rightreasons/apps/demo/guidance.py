@@ -2,17 +2,20 @@
 every model on the balanced test split, and compare with the thesis' findings.
 
 Each run is the guidance study's recipe (:class:`~rightreasons.guidance.recipe.GuidanceRecipe`), trained on the grid
-runner (a finished run of the same config is kept), writing to ``out/runs/seed-<k>/<model>/`` (``model.safetensors``,
+runner (a finished run of the same config is kept), writing to ``out/runs/seed-<k>/<run>/`` (``model.safetensors``,
 ``summary.json``, ``metrics.jsonl``): validated every epoch on the group-balanced validation split, exporting the
-checkpoint with the best worst-group accuracy there. The guided variants fine-tune the baseline's weights, as the thesis
-fine-tunes pretrained models, with boxes on a fraction of the training images (the seed also draws which). Results:
-``ctx.results["guidance"]`` and ``ctx.models[name]``.
+checkpoint with the best worst-group accuracy there (the fine-tunings stop early after ``recipe.patience`` epochs
+without a new best). The guided variants fine-tune the baseline's weights, as the thesis fine-tunes pretrained models,
+with boxes on a fraction of the training images (the seed also draws which), once per λ of ``settings.weights``; λ = 0
+is the unguided fine-tuning of the same length (``unguided-boxes<share>``, shared by the variants of one box share).
+Per variant the λ with the best mean validation worst-group accuracy over the seeds is chosen
+(:func:`~rightreasons.engine.selection.choose`) and only its runs are scored on the test split. Results:
+``ctx.results["guidance"]`` (``selection``: every variant's validation curve) and ``ctx.models[name]``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,13 +23,15 @@ from typing import Any
 from ...console import count
 from ...data import GROUP_NAMES
 from ...classification import TrainingRun
-from ...engine.grid import GridRun, run_grid
+from ...engine.grid import GridRun, read_summary, run_grid
+from ...engine.selection import Selection, candidates, choose, exported
 from ...metrics.evaluation import Evaluator, score_model
 from ...reporting import cell, markdown_table, summarize
 from .pipeline import DemoContext
 from .settings import DemoSettings, GuidedVariant
 
-__all__ = ["METRICS", "benchmark_checks", "evaluate_model", "score_on_test", "train_and_evaluate", "training_run"]
+__all__ = ["METRICS", "benchmark_checks", "candidate_runs", "evaluate_model", "score_on_test", "train_and_evaluate",
+           "training_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,24 @@ def training_run(settings: DemoSettings, seed: int, output_dir: Path, variant: G
     fraction = settings.annotated_fraction if variant is None or variant.annotated_fraction is None \
         else variant.annotated_fraction
     return settings.recipe.run(settings.data, seed, Path(output_dir), variant, fraction, baseline)
+
+
+def candidate_runs(settings: DemoSettings, seed: int, folder: Path, baseline: Path) -> dict[str, dict[str,
+                                                                                                  TrainingRun]]:
+    """Per guided variant, its fine-tunings of ``baseline`` by λ label (``weight25``) into ``folder``; λ = 0 is the
+    unguided fine-tuning of the variant's box share, one run shared by the variants of that share."""
+    runs: dict[str, dict[str, TrainingRun]] = {}
+    for variant in settings.variants:
+        fraction = variant.annotated_fraction or settings.annotated_fraction
+        runs[variant.name] = {}
+        for label, setting in candidates(variant, settings.grid[variant.name], "weights"):
+            if setting.weight == 0:
+                setting, name = GuidedVariant("unguided", "energy", 0.0, annotated_fraction=fraction), \
+                    f"unguided-boxes{fraction:g}"
+            else:
+                name = f"{variant.name}-{label}"
+            runs[variant.name][label] = training_run(settings, seed, folder / name, setting, baseline)
+    return runs
 
 
 def score_on_test(model_file: Path, ctx: DemoContext, extra: Sequence[Evaluator] = ()) -> dict[str, Any]:
@@ -99,56 +122,82 @@ def benchmark_checks(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
     return checks
 
 
-def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], checks: list[dict[str, Any]]) -> str:
+def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], checks: list[dict[str, Any]],
+             selection: dict[str, Selection]) -> str:
     s = ctx.settings
-    rows = [{"model": m, **{k: cell(summary[m][k]) for k in METRICS}} for m in s.models]
-    variants = "; ".join(f"{v.name}: {v.loss}, λ = {v.weight:g}"
+    rows = [{"model": m, "λ": "" if m == "baseline" else selection[m].chosen.removeprefix("weight"),
+             **{k: cell(summary[m][k]) for k in METRICS}} for m in s.models]
+    variants = "; ".join(f"{v.name}: {v.loss}"
                          + (f", boxes dilated by {v.dilation:.0%}" if v.dilation else "")
                          + (f", boxes on {v.annotated_fraction:.0%} of the images, "
                             f"{s.recipe.min_annotated_per_batch} in every batch" if v.annotated_fraction is not None
                             else "") for v in s.variants)
     r = s.recipe
     kwargs = ", ".join(f"{k}={v}" for k, v in r.model_kwargs.items())
+    epochs = count(r.guided_epochs, "epoch") + ("" if r.patience is None else
+                                                 f" at most (stopped after {r.patience} without a new best)")
     text = [f"Baseline: {r.model} ({kwargs}) trained for {count(r.baseline_epochs, 'epoch')} (Adam, lr "
-            f"{r.baseline_lr:g}, cosine). Guided models fine-tune it for {count(r.guided_epochs, 'epoch')} "
+            f"{r.baseline_lr:g}, cosine). Guided models fine-tune it for {epochs} "
             f"(lr {r.guided_lr:g}) "
             f"with a localisation loss on B-cos contributions at the input, boxes on {s.annotated_fraction:.0%} of "
             f"the training images unless said otherwise ({variants}). Every training exports the checkpoint with the "
-            "best worst-group accuracy on the group-balanced validation split; the test split is only reported. "
-            "Test split, in %:\n",
-            markdown_table(rows, ["model", *METRICS], ["model", *HEADERS]),
+            "best worst-group accuracy on the group-balanced validation split; each variant's λ is chosen among "
+            f"{{{', '.join(f'{w:g}' for w in s.weights)}}} by the best mean validation worst-group accuracy over the "
+            "seeds (λ = 0: fine-tuning without boxes, so a variant is never worse on validation than that); the test "
+            "split is only reported. Test split, in %:\n",
+            markdown_table(rows, ["model", "λ", *METRICS], ["model", "λ", *HEADERS]),
             "\nEPG: share of the positive contributions (ground-truth class) inside the bird box; IoU of the "
             "binarised contribution map with the box. Worst group: the lowest of the four group accuracies.\n",
-            ctx.benchmark(checks)]
+            "\nValidation worst-group accuracy (%, mean ± std over the seeds) per λ; bold: chosen:\n",
+            *(f"- {name}: {choice.describe()}" for name, choice in selection.items()),
+            "", ctx.benchmark(checks)]
+    unguided = [name for name, choice in selection.items() if float(choice.chosen.removeprefix("weight")) == 0]
+    if unguided:
+        text.append(f"\nValidation chose λ = 0 for {', '.join(unguided)}: their rows and checks measure the "
+                    "fine-tuning without boxes, not guidance.")
     return "\n".join(text)
 
 
 def train_and_evaluate(ctx: DemoContext) -> None:
-    """Stage: baseline and guided variants for every seed, evaluated on the test split; the results table."""
+    """Stage: the baseline and every variant's candidate fine-tunings for every seed; per variant the λ chosen on
+    validation; the baseline and the chosen runs evaluated on the test split; the results table."""
     s = ctx.settings
-    runs: list[dict[str, dict[str, float]]] = []
-    seconds: dict[str, list[float]] = {m: [] for m in s.models}
-    ctx.models.update({m: [] for m in s.models})
+    baselines, grids, seconds = [], [], {}
     for seed in range(s.seeds):
         folder = ctx.out / "runs" / f"seed-{seed}"
         baseline = training_run(s, seed, folder / "baseline")
-        recipes = {"baseline": baseline, **{v.name: training_run(s, seed, folder / v.name, v, baseline.model_file)
-                                            for v in s.variants}}
-        trained = run_grid([GridRun(f"seed {seed} {name}", recipe.config()) for name, recipe in recipes.items()])
+        grid = candidate_runs(s, seed, folder, baseline.model_file)
+        unique = {run.output_dir: run for run in [baseline, *(r for runs in grid.values() for r in runs.values())]}
+        trained = run_grid([GridRun(f"seed {seed} {Path(path).name}", run.config()) for path, run in unique.items()])
+        seconds.update({f"seed-{seed}/{name.split(' ', 2)[2]}": round(o.seconds, 1) for name, o in trained.items()})
+        baselines.append(baseline)
+        grids.append(grid)
+    selection = {v.name: choose({label: [exported(read_summary(grid[v.name][label].output_dir))["validation"]
+                                         for grid in grids] for label in grids[0][v.name]},
+                                s.recipe.select, v.name) for v in s.variants}
+    runs: list[dict[str, dict[str, float]]] = []
+    epochs: dict[str, list[Any]] = {v.name: [] for v in s.variants}
+    tested: dict[Path, dict[str, float]] = {}  # a shared unguided run chosen by several variants is scored once
+    ctx.models.update({m: [] for m in s.models})
+    for seed, (baseline, grid) in enumerate(zip(baselines, grids)):
+        chosen = {"baseline": baseline, **{name: grid[name][selection[name].chosen] for name in selection}}
         metrics: dict[str, dict[str, float]] = {}
-        for name, recipe in recipes.items():
-            began = time.time()
+        for name, recipe in chosen.items():
             ctx.models[name].append(recipe.model_file)
-            metrics[name] = evaluate_model(recipe.model_file, ctx)
-            seconds[name].append(round(trained[f"seed {seed} {name}"].seconds + time.time() - began, 1))
-            logger.info("seed %d %s: accuracy %.3f, worst group %.3f, EPG %.3f (%.0f s)", seed, name,
-                        metrics[name]["accuracy"], metrics[name]["worst_group_accuracy"], metrics[name]["epg"],
-                        seconds[name][-1])
+            if recipe.model_file not in tested:
+                tested[recipe.model_file] = evaluate_model(recipe.model_file, ctx)
+            metrics[name] = tested[recipe.model_file]
+            if name != "baseline":
+                epochs[name].append(exported(read_summary(recipe.output_dir))["epoch"])
+            logger.info("seed %d %s: accuracy %.3f, worst group %.3f, EPG %.3f", seed, name,
+                        metrics[name]["accuracy"], metrics[name]["worst_group_accuracy"], metrics[name]["epg"])
         runs.append(metrics)
     summary = summarize(runs, s.models, METRICS)
     checks = benchmark_checks(summary)
     ctx.results["guidance"] = {"models": list(s.models), "metrics": list(METRICS), "test_images": len(ctx.test_set()),
                                "runs": {f"seed-{k}": run for k, run in enumerate(runs)}, "summary": summary,
-                               "checks": checks, "seconds": seconds,
+                               "selection": {name: {**c.to_dict(), "epochs": epochs[name]}
+                                             for name, c in selection.items()},
+                               "checks": checks, "training_seconds": seconds,
                                "model_files": {m: [str(p) for p in ctx.models[m]] for m in s.models}}
-    ctx.add_section("Model guidance", _section(ctx, summary, checks))
+    ctx.add_section("Model guidance", _section(ctx, summary, checks, selection))

@@ -1,9 +1,11 @@
 """``rightreasons export``: a tiny training run becomes a model directory that ``evaluate`` and ``explain`` take, with
-a model card holding the run's numbers; an occupied ``--out`` is refused with one ``error:`` line."""
+a model card holding the run's numbers and the explanations of two test images, uploaded by ``--push-to-hub`` (to a
+fake ``huggingface_hub``); an occupied ``--out`` or a malformed repository id is refused with one ``error:`` line."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from PIL import Image
 from safetensors import safe_open
 
 from cli_outcomes import clear_error
+from fake_hub import install_fake_hub
 from run_configs import TINY_WATERBIRDS_ROWS
 
 CONFIG = """\
@@ -33,7 +36,7 @@ def finished_run(tmp_path, write_waterbirds, run_cli):
     return tmp_path
 
 
-def test_train_export_evaluate_explain(finished_run, run_cli, tmp_path):
+def test_train_export_evaluate_explain(finished_run, run_cli, tmp_path, monkeypatch):
     run = finished_run / "run"
     with safe_open(str(run / "model.safetensors"), "pt") as f:  # the trainer records the input it validated on
         assert json.loads(f.metadata()["rightreasons_input"])["input_size"] == [6, 32, 32]
@@ -45,6 +48,10 @@ def test_train_export_evaluate_explain(finished_run, run_cli, tmp_path):
     accuracy = summary["history"][-1]["accuracy"]
     assert "datasets:\n- waterbirds100\n" in card and f"| {accuracy:.4f} |" in card and "- seed: 0" in card
     assert json.loads((out / "config.json").read_text())["training"]["task"] == "train"
+    pictures = ["explanation-1.png", "explanation-2.png"]
+    assert sorted(p.name for p in out.glob("*.png")) == pictures
+    assert all(f"![explanation {i}]({name})" in card for i, name in enumerate(pictures, 1))
+    assert Image.open(out / pictures[0]).size[0] > 3 * 32  # the three panels of save_explanation
 
     done = run_cli("evaluate", "--checkpoint", out)
     assert done.returncode == 0, done.stderr
@@ -57,7 +64,15 @@ def test_train_export_evaluate_explain(finished_run, run_cli, tmp_path):
     assert done.returncode == 0, done.stderr
     assert Image.open(tmp_path / "explained" / "bird_explanation.png").size == (32, 32)
 
-    assert run_cli("export", run, "--out", out).returncode == 0  # an earlier export is replaced
+    calls = install_fake_hub(monkeypatch)
+    shutil.rmtree(finished_run / "wb")  # the test split is gone: an export without figures, which replaces them
+    done = run_cli("export", run, "--out", out, "--push-to-hub", "someone/tiny")
+    assert done.returncode == 0, done.stderr
+    assert "the model card shows no explanation figures: split 'test' of waterbirds100 cannot be read" in done.stderr
+    assert not list(out.glob("*.png")) and "## Explanations" not in (out / "README.md").read_text()
+    assert done.stdout.splitlines() == [str(out), "https://huggingface.co/someone/tiny/commit/0123abc"]
+    assert [(name, kwargs.get("folder_path")) for name, _, kwargs in calls] == [("create_repo", None),
+                                                                                ("upload_folder", str(out))]
 
 
 def test_an_occupied_output_directory_is_refused(run_cli, tmp_path):
@@ -65,3 +80,9 @@ def test_an_occupied_output_directory_is_refused(run_cli, tmp_path):
     clear_error(run_cli("export", tmp_path / "run", "--out", tmp_path),
                 r"--out .* is a non-empty directory that is not an earlier export")
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_malformed_repository_id_is_refused_before_any_work(run_cli, tmp_path):
+    clear_error(run_cli("export", tmp_path / "run", "--out", tmp_path / "out", "--push-to-hub", "tiny"),
+                r"--push-to-hub 'tiny': expected a Hub repository id OWNER/NAME")
+    assert not (tmp_path / "out").exists()

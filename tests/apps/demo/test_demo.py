@@ -65,20 +65,38 @@ def test_quick_demo_writes_report_figures_and_finite_results(tmp_path, capsys, m
     assert all(set(image["predictions"]) == set(models) for image in shown)
     for prediction in (p for image in shown for p in image["predictions"].values()):  # the sigmoid of the logit
         assert prediction["probability"] == pytest.approx(1 / (1 + math.exp(-prediction["logit"])))
+        assert 0.0 <= prediction["epg"] <= 1.0  # each panel's EPG, the figure's measure of where the evidence is
+    mean_epg = results["explanations"]["mean_epg"]
+    assert list(mean_epg) == models
+    for m in models:
+        assert mean_epg[m] == pytest.approx(statistics.mean(image["predictions"][m]["epg"] for image in shown))
     assert set(results["pareto"]["front"]) <= {f"{m}/seed-0" for m in models}
     for figure in (results["explanations"]["figure"], results["pareto"]["figure"]):
         assert (out / figure).stat().st_size > 10_000
     report = (out / "report.md").read_text()
-    for text in ("## Model guidance", "| baseline |", "| energy-dilated50 |", "worst group", "EPG",
+    for text in ("## Model guidance", "| baseline |", "| energy-dilated50 |", "worst group", "EPG", "- energy: ",
                  "](figures/explanations.png)", "](figures/pareto.png)", "**Benchmark**", "*smoke run*",
                  "median |logit|"):
         assert text in report
-    for model in models:
-        assert (out / "runs" / "seed-0" / model / "model.safetensors").is_file()
-        config = json.loads((out / "runs" / "seed-0" / model / "summary.json").read_text())["config"]
+    seed = out / "runs" / "seed-0"
+    for run in ("baseline", *(f"{model}-weight25" for model in models[1:])):
+        config = json.loads((seed / run / "summary.json").read_text())["config"]
         assert config["eval"]["select"] == "worst_group_accuracy" and config["checkpoint"]["export"] == "best"
-    few = json.loads((out / "runs" / "seed-0" / "energy-1pct" / "summary.json").read_text())["config"]
+    for fraction in ("0.1", "0.01"):  # λ = 0: one unguided fine-tuning per box share, a candidate of every variant
+        unguided = json.loads((seed / f"unguided-boxes{fraction}" / "summary.json").read_text())["config"]
+        assert unguided["guidance"]["weight"] == 0 and unguided["data"]["annotated_fraction"] == float(fraction)
+    few = json.loads((seed / "energy-1pct-weight25" / "summary.json").read_text())["config"]
     assert few["data"]["annotated_fraction"] == 0.01 and few["guidance"]["annotated_per_batch"] == 2
+    for model in models[1:]:
+        selection = guidance["selection"][model]
+        assert [p["setting"] for p in selection["curve"]] == ["weight0", "weight25"]
+        assert selection["chosen"] == max(selection["curve"], key=lambda p: p["mean"])["setting"]
+        chosen = seed / ("unguided-boxes" + ("0.01" if model == "energy-1pct" else "0.1")
+                         if selection["chosen"] == "weight0" else f"{model}-weight25")
+        assert guidance["model_files"][model] == [str(chosen / "model.safetensors")]
+        assert selection["curve"][0]["values"] == [
+            json.loads((seed / ("unguided-boxes0.01" if model == "energy-1pct" else "unguided-boxes0.1") /
+                        "summary.json").read_text())["best"]["score"]]
 
     distillation = results["distillation"]
     modes = ["kd", "e2kd", "e2kd_frozen"]
@@ -118,7 +136,7 @@ def test_stages_share_the_context_and_add_sections_in_order(tmp_path):
     assert report.index("## First") < report.index("## Second") < report.index("## Run")
     assert json.loads((tmp_path / "results.json").read_text())["first"] == {"value": 1.5}
     assert [stage.__name__ for stage in STAGES] == ["train_and_evaluate", "explanation_figure", "pareto_figure",
-                                                    "distill_and_evaluate"]
+                                                    "distill_and_evaluate", "judge_explanations"]
 
 
 def test_non_finite_results_are_refused(tmp_path):
@@ -179,6 +197,10 @@ def test_settings_refuse_bad_values():
         DemoSettings(seeds=0)
     with pytest.raises(ValueError, match="unique"):
         DemoSettings(variants=(GuidedVariant("a", "energy", 1.0), GuidedVariant("a", "l1", 1.0)))
+    with pytest.raises(ValueError, match=r"weights: expected λ values that include 0 .* got \[5.0, 25.0\]"):
+        DemoSettings(weights=(5.0, 25.0))
+    with pytest.raises(ValueError, match=r"weights: expected distinct values \(repeated: \[0.0\]\)"):
+        DemoSettings(weights=(0.0, 0.0, 25.0))
     with pytest.raises(ValueError, match="baseline's model file"):
         training_run(DemoSettings.quick(), 0, "out", DemoSettings().variants[0])
     with pytest.raises(ValueError, match="distillation.teacher: expected one of the demo's models .* got 'lasso'"):
@@ -212,3 +234,13 @@ def test_a_smoke_run_says_so_next_to_its_benchmark_marks(tmp_path):
     assert quick.endswith("- ✓ not lower: +1.0")
     full = DemoContext(tmp_path, DemoSettings.full()).benchmark(checks)
     assert "smoke" not in full and full.splitlines()[0] == "**Benchmark** (means, p.p.):"
+
+
+def test_the_quick_demo_figure_says_on_itself_why_its_explanations_do_not_move():
+    """Issue 35 item 5: the quick demo's explanation figure showed a blob at the image centre for every model; at its
+    budget (24 baseline and 8 guided steps) guidance cannot move the explanations, so the figure says why."""
+    from rightreasons.apps.demo.figures import smoke_note
+
+    note = smoke_note(QUICK())
+    assert "baseline trained 24 steps and each guided model 8" in note and "image centre" in note
+    assert "make demo" in note and smoke_note(DemoSettings.full()) is None
