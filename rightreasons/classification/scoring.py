@@ -13,7 +13,7 @@ from ..data import AnnotatedDataset, load_dataset
 from ..engine.artifacts import RunArtifact, locate_artifact
 from ..metrics.evaluation import score_model
 from ..models import capabilities, create_model, load_model, model_file, resolve_architecture
-from ..models.preprocessing import recorded_input
+from ..models.preprocessing import recorded_size
 from ..models.weights import logit_arguments
 from .config import ClassificationConfig
 
@@ -61,8 +61,7 @@ def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split
     dataset = load_dataset(data.name, data.root, split, **data.options_for(split))
     model = trained_model(config, artifact, dataset)
     method, layer = config.localization(capabilities(model).bcos)
-    recorded = recorded_input(model)
-    size = image_size or (recorded.size if recorded else data.image_size)
+    size = image_size or recorded_size(model, data.image_size)
     results = score_model(model, dataset, image_size=size, method=method, layer=layer,
                           iou_threshold=config.eval.iou_threshold, batch_size=data.eval_batch_size, device=device,
                           source=str(checkpoint))

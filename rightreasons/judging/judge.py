@@ -23,7 +23,7 @@ from ..errors import UsageError
 from ..explain import MAP_METHOD_NAMES, get_method, layer_for
 from ..metrics import attribution_fn, run_attribution
 from ..metrics.evaluation import is_multilabel
-from ..models.preprocessing import recorded_input
+from ..models.preprocessing import recorded_crop
 from .intervals import bootstrap_interval
 from .suite import DEFAULT_METRICS, SUITE, Scored, columns_of
 
@@ -88,9 +88,7 @@ def judge(models: Sequence[JudgedModel], dataset: AnnotatedDataset, pairs: Seque
     with bar:
         for judged in models:
             model = judged.model.to(device).eval()
-            recorded = recorded_input(model)
-            dataset.transform = transforms_for(model, judged.image_size,
-                                               crop_fraction=recorded.crop_pct if recorded else 1.0)
+            dataset.transform = transforms_for(model, judged.image_size, crop_fraction=recorded_crop(model))
             for method, layer in pairs:
                 fn = attribution_fn(method, layer)
                 generator = torch.Generator().manual_seed(seed)

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from ..data import collate, transforms_for
 from ..errors import NonFiniteError
 from ..models import load_model
-from ..models.preprocessing import recorded_input
+from ..models.preprocessing import recorded_crop
 from ..regions import POINT_RADIUS, require_regions
 from .attribution_fn import attribution_fn
 from .classification import GroupAccuracy, MultiLabelClassification
@@ -293,8 +293,7 @@ def score_model(model: nn.Module | str | Path, dataset: Any, *, image_size: int,
     errors (default: its file, when ``model`` is one)."""
     source = source or (str(model) if isinstance(model, (str, Path)) else "the evaluated model")
     model = (load_model(model) if isinstance(model, (str, Path)) else model).to(device)
-    recorded = recorded_input(model)
-    dataset.transform = transforms_for(model, image_size, crop_fraction=recorded.crop_pct if recorded else 1.0)
+    dataset.transform = transforms_for(model, image_size, crop_fraction=recorded_crop(model))
     method = method if has_boxes(dataset) else None
     evaluators = [*classifier_evaluators(dataset, method, layer, iou_threshold=iou_threshold, batch_size=batch_size),
                   *extra]

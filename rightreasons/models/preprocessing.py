@@ -25,7 +25,8 @@ from torchvision.transforms import v2
 from ..encoding import ENCODINGS, IMAGENET_MEAN, IMAGENET_STD, encode
 from ..errors import CheckpointError
 
-__all__ = ["INPUT_KEY", "InputConfig", "recorded_input", "restore_input_config"]
+__all__ = ["INPUT_KEY", "InputConfig", "recorded_crop", "recorded_input", "recorded_size",
+           "restore_input_config"]
 
 INPUT_KEY = "rightreasons_input"
 """Metadata entry of our model files: JSON of :meth:`InputConfig.as_dict` (optional; absent in older files)."""
@@ -112,6 +113,18 @@ class InputConfig:
 def recorded_input(model: nn.Module) -> InputConfig | None:
     """The input ``model`` records (``model.input_config``), ``None`` when it records none."""
     return getattr(model, "input_config", None)
+
+
+def recorded_size(model: nn.Module, default: int | None) -> int | None:
+    """The input size ``model`` records, else ``default`` (a command's ``--size``-less fallback)."""
+    recorded = recorded_input(model)
+    return recorded.size if recorded else default
+
+
+def recorded_crop(model: nn.Module) -> float:
+    """The evaluation view's ``crop_pct`` ``model`` records, else 1 (the whole image, what training validates on)."""
+    recorded = recorded_input(model)
+    return recorded.crop_pct if recorded else 1.0
 
 
 def restore_input_config(model: nn.Module, metadata: Mapping[str, str], source: str) -> None:

@@ -23,7 +23,7 @@ from ..explain import attribute, get_method
 from ..metrics.evaluation import is_multilabel, require_finite_logits
 from ..metrics.localization import epg
 from ..models import capabilities
-from ..models.preprocessing import recorded_input
+from ..models.preprocessing import recorded_crop, recorded_size
 from .pictures import explanation_uri, rgb_uri
 from .runs import ViewedRun
 
@@ -37,9 +37,8 @@ def viewed_samples(run: ViewedRun, split: str, count: int) -> tuple[list[dict[st
     dataset = load_dataset(data.name, data.root, split, **data.options_for(split))
     if not len(dataset):
         raise UsageError(f"--split {split}: {data.name} has no images in that split")
-    recorded = recorded_input(run.model)
-    dataset.transform = transforms_for(run.model, recorded.size if recorded else data.image_size,
-                                       crop_fraction=recorded.crop_pct if recorded else 1.0)
+    dataset.transform = transforms_for(run.model, recorded_size(run.model, data.image_size),
+                                       crop_fraction=recorded_crop(run.model))
     return [dataset[i] for i in range(min(count, len(dataset)))], dataset
 
 

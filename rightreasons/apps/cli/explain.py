@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from ...fileio import writable_directory
     from ...metrics.evaluation import require_finite_logits
     from ...models import capabilities
-    from ...models.preprocessing import recorded_input
+    from ...models.preprocessing import recorded_crop, recorded_size
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     refuse_input_folder(args.out, args.images)
@@ -212,11 +212,10 @@ def run(args: argparse.Namespace) -> int:
     model = model.to(device)
     caps = capabilities(model)
     target = target_class(args.target, caps.classes, caps.num_classes)
-    recorded = recorded_input(model)
-    size = args.size or (recorded.size if recorded else config.data.image_size if config is not None else 224)
+    size = args.size or recorded_size(model, config.data.image_size if config is not None else 224)
     link = LINKS[args.probability] if args.probability else "bce" if config is None else \
         resolve_classification_loss(config.loss.classification, caps.bcos, multilabel=False)
-    x = load_images(paths, size, caps.encoding, recorded.crop_pct if recorded else 1.0).to(device)
+    x = load_images(paths, size, caps.encoding, recorded_crop(model)).to(device)
     writable_directory(args.out, "--out")
     for path, stem, xi in zip(paths, _output_stems(paths), x):
         result = explain(model, xi[None], target=target)

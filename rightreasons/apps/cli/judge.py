@@ -75,12 +75,11 @@ def _load(path: Path, label: str, size: int | None) -> tuple[JudgedModel, TrainC
     with (``None`` for a bare model file); its size: ``size``, else the recorded one, else its config's."""
     from ...engine.artifacts import locate_artifact
     from ...judging import JudgedModel
-    from ...models.preprocessing import recorded_input
+    from ...models.preprocessing import recorded_size
     from ..tasks import load_trained
 
     model, config = load_trained(locate_artifact(path, "MODEL"))
-    recorded = recorded_input(model)
-    size = size or (recorded.size if recorded else config.data.image_size if config else None)
+    size = size or recorded_size(model, config.data.image_size if config else None)
     if size is None:
         raise UsageError(f"MODEL {path}: its model file records no input size and has no run config; pass --size")
     return JudgedModel(label, model, size), config
