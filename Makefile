@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not exhaustive"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not exhaustive" --durations=15
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile

@@ -72,7 +72,8 @@ def check_input_channels(x: Tensor, in_chans: int, model_name: str) -> None:
     if in_chans == 6 and x.shape[1] == 3:
         raise ValueError(f"{model_name} expects the six-channel B-cos encoding [r, g, b, 1-r, 1-g, 1-b] of an image "
                          f"in [0, 1], got 3 channels (shape {tuple(x.shape)}); encode it with "
-                         "rightreasons.bcos.AddInverse() (no mean/std normalisation)")
+                         "rightreasons.bcos.AddInverse() (no mean/std normalisation), or for timm's data pipeline use "
+                         "rightreasons.models.timm_bridge.create_transform(model) / create_loader(dataset, model, ...)")
     raise ValueError(f"{model_name} expects {in_chans} input channels, got shape {tuple(x.shape)}")
 
 

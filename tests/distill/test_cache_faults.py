@@ -68,10 +68,12 @@ def distill_argv(teacher: Path, cache: Path, run: Path, *overrides: str) -> list
 
 
 def subprocess_cli(argv: list[str], **options: object) -> subprocess.Popen:
-    """``python -m rightreasons ARGV`` in a process of its own (stderr piped, unbuffered)."""
+    """``python -m rightreasons ARGV`` in a process of its own (stderr piped, unbuffered), with Ctrl-C's default
+    action as in a terminal: a suite started in the background (``nohup``, ``&``) would hand SIGINT on ignored."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "rightreasons", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, **options)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **options)
 
 
 def shard_bytes(cache: Path) -> dict[str, bytes]:
