@@ -6,7 +6,8 @@ list a parser needs lives here, once, and the implementing module imports it fro
 
 * the synthetic benchmark (``rightreasons.data.synthetic``): its dataset names, splits and default split sizes
   (``rightreasons data synth``);
-* how a B-cosified unit scales its weight (``rightreasons.bcos.layers``; ``rightreasons bcosify --weight-mode``).
+* how a B-cosified unit scales its weight (``rightreasons.bcos.layers``; ``rightreasons bcosify --weight-mode``);
+* what a class's region is made of (``rightreasons.regions``; ``evaluate``, ``view`` and ``judge --regions``).
 
 Lists derived from a table of callables stay with their table (the explanation methods of
 ``rightreasons.explain.methods``); a parser that offers those checks the value when the command runs.
@@ -16,7 +17,7 @@ This module imports nothing.
 
 from __future__ import annotations
 
-__all__ = ["SYNTHETIC_NAMES", "SYNTHETIC_SIZES", "SYNTHETIC_SPLITS", "WEIGHT_MODES"]
+__all__ = ["REGION_NAMES", "SYNTHETIC_NAMES", "SYNTHETIC_SIZES", "SYNTHETIC_SPLITS", "WEIGHT_MODES"]
 
 SYNTHETIC_NAMES: dict[str, str] = {"synthetic-birds": "birds", "synthetic-multilabel": "multilabel"}
 """Synthetic dataset name → the generation task that draws it."""
@@ -29,3 +30,6 @@ SYNTHETIC_SIZES: dict[str, int] = {"train": 2000, "val": 500, "test": 1000}
 
 WEIGHT_MODES: tuple[str, ...] = ("raw", "gain")
 """How a B-cosified unit scales its weight: ``raw`` uses ``w`` as it is, ``gain`` uses ``g · w / ‖w‖``."""
+
+REGION_NAMES: tuple[str, ...] = ("boxes", "masks", "points", "masks-else-boxes", "union")
+"""The choices of what a class's region is made of, in the order of ``rightreasons.regions.REGIONS``."""

@@ -8,35 +8,48 @@ the class's boxes, its segmentation mask and its points, as the setting ``region
 * ``masks-else-boxes``: the mask's region where it holds the class, else the boxes;
 * ``union``: boxes, mask and points together.
 
+**Void.** A segmentation's void pixels (255: VOC's object boundaries, COCO's crowd regions) are not known to be inside
+or outside any object. As in VOC's own segmentation evaluation, which leaves them out of both the intersection and the
+union of IoU, they count neither as inside nor as outside: :func:`region_masks` returns them beside the region as
+``void`` wherever the region was taken from the mask (``masks``, the mask tier of ``masks-else-boxes``, ``union``),
+less the pixels a box or point of ``union`` puts inside; EPG, IoU and the localisation losses leave them out. Regions
+made of boxes or points alone have no void, so box scores never depend on a segmentation.
+
 All sources are in pixels of the image the regions are rasterised for (``size = (H, W)``). An (image, class) whose
 chosen sources give no pixel has no region: guidance skips it (the image gets only the classification loss) and the
 localisation metrics do not score it. So one run can mix images with masks, with boxes and with nothing.
 
-This module imports nothing of rightreasons but :mod:`rightreasons.boxes`.
+This module imports nothing of rightreasons but :mod:`rightreasons.boxes` and :mod:`rightreasons.choices`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 from .boxes import class_masks, point_masks
+from .choices import REGION_NAMES
 
-__all__ = ["POINT_RADIUS", "REGIONS", "RegionsName", "class_regions", "require_regions", "segmentation_masks"]
+__all__ = ["POINT_RADIUS", "REGIONS", "VOID", "RegionMasks", "RegionsName", "batch_regions", "class_regions",
+           "region_masks", "require_regions", "segmentation_masks"]
 
-REGIONS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "boxes": (("boxes",),),
-    "masks": (("masks",),),
-    "points": (("points",),),
-    "masks-else-boxes": (("masks",), ("boxes",)),
-    "union": (("boxes", "masks", "points"),),
-}
-"""Each choice as tiers of sources: a class's region is the union of the first tier whose sources give it a pixel."""
+REGIONS: dict[str, tuple[tuple[str, ...], ...]] = dict(zip(REGION_NAMES, (
+    (("boxes",),),                          # boxes
+    (("masks",),),                          # masks
+    (("points",),),                         # points
+    (("masks",), ("boxes",)),               # masks-else-boxes
+    (("boxes", "masks", "points"),),        # union
+)))
+"""Each choice (:data:`rightreasons.choices.REGION_NAMES`, the names the command line offers) as tiers of sources: a
+class's region is the union of the first tier whose sources give it a pixel."""
 RegionsName = Literal[tuple(REGIONS)]  # type: ignore[valid-type]
 """The type of a config field naming a choice of :data:`REGIONS`."""
+
+VOID = 255
+"""The value of a void pixel in a segmentation (VOC convention): it belongs to no class and is left out of scores."""
 
 POINT_RADIUS = 15.0
 """Default radius (pixels of the model input) of the disc a point becomes: the pointing game's tolerance (TorchRay's
@@ -68,11 +81,20 @@ def segmentation_masks(segmentations: Tensor | Sequence[Tensor | None] | None, t
     return out
 
 
-def class_regions(regions: str, targets: Tensor | Sequence[int], size: tuple[int, int], boxes: Sequence[Tensor],
-                  box_labels: Sequence[Tensor], segmentations: Tensor | Sequence[Tensor | None] | None = None,
-                  points: Sequence[Tensor] | None = None, point_labels: Sequence[Tensor] | None = None,
-                  radius: float = POINT_RADIUS) -> Tensor:
-    """``[N, H, W]`` bool on the host: image ``n``'s region for class ``targets[n]`` under ``regions``.
+class RegionMasks(NamedTuple):
+    """A batch's regions: ``inside [N, H, W]`` bool, the region of each (image, class), and ``void [N, H, W]`` bool,
+    the pixels counted neither inside nor outside (module docstring; never inside)."""
+
+    inside: Tensor
+    void: Tensor
+
+
+def region_masks(regions: str, targets: Tensor | Sequence[int], size: tuple[int, int], boxes: Sequence[Tensor],
+                 box_labels: Sequence[Tensor], segmentations: Tensor | Sequence[Tensor | None] | None = None,
+                 points: Sequence[Tensor] | None = None, point_labels: Sequence[Tensor] | None = None,
+                 radius: float = POINT_RADIUS) -> RegionMasks:
+    """Image ``n``'s region for class ``targets[n]`` under ``regions`` and its void pixels, both ``[N, H, W]`` bool on
+    the host.
 
     Per image (lists of length N, as in a collated batch): ``boxes [B_n, 4]`` XYXY and ``box_labels [B_n]``;
     ``segmentations`` ``[N, H, W]`` or a list with ``None`` for images without one; ``points [P_n, 2]`` XY and
@@ -97,7 +119,36 @@ def class_regions(regions: str, targets: Tensor | Sequence[int], size: tuple[int
         return made[name]
 
     out = torch.zeros(len(targets), *size, dtype=torch.bool)
+    from_mask = torch.zeros(len(targets), dtype=torch.bool)  # the region was taken from a tier that reads the mask
     for tier in tiers:
         region = torch.stack([source(name) for name in tier]).any(0)
-        out = torch.where(out.flatten(1).any(1)[:, None, None], out, region)
-    return out
+        chosen = ~out.flatten(1).any(1) & region.flatten(1).any(1)
+        if "masks" in tier:
+            from_mask |= chosen
+        out = torch.where(chosen[:, None, None], region, out)
+    void = torch.zeros_like(out)
+    if segmentations is not None and bool(from_mask.any()):
+        for n in from_mask.nonzero()[:, 0].tolist():
+            if segmentations[n] is not None:
+                void[n] = (torch.as_tensor(segmentations[n]).as_subclass(Tensor).cpu() == VOID) & ~out[n]
+    return RegionMasks(out, void)
+
+
+def class_regions(regions: str, targets: Tensor | Sequence[int], size: tuple[int, int], boxes: Sequence[Tensor],
+                  box_labels: Sequence[Tensor], segmentations: Tensor | Sequence[Tensor | None] | None = None,
+                  points: Sequence[Tensor] | None = None, point_labels: Sequence[Tensor] | None = None,
+                  radius: float = POINT_RADIUS) -> Tensor:
+    """``[N, H, W]`` bool on the host: image ``n``'s region for class ``targets[n]`` under ``regions``
+    (:func:`region_masks` without the void)."""
+    return region_masks(regions, targets, size, boxes, box_labels, segmentations, points, point_labels, radius).inside
+
+
+def batch_regions(regions: str, batch: Mapping[str, Any], targets: Tensor | Sequence[int],
+                  radius: float = POINT_RADIUS) -> RegionMasks:
+    """:func:`region_masks` of a collated batch for one class per image ``targets [N]``: its ``boxes`` and
+    ``box_labels``, and where present its ``mask``, ``points`` and ``point_labels``, at the size of its
+    ``image [N, C, H, W]`` (what the viewer and ``judge`` score against; evaluation builds its pairs by
+    :func:`region_masks` too)."""
+    size = tuple(batch["image"].shape[-2:])
+    return region_masks(regions, targets, size, batch["boxes"], batch["box_labels"], batch.get("mask"),
+                        batch.get("points"), batch.get("point_labels"), radius)

@@ -839,6 +839,7 @@ def throughput_rows(settings: Settings, models: Sequence[tuple[str, str]], batch
 import bench_host_syncs  # noqa: E402,F401
 import bench_launches  # noqa: E402,F401
 import bench_loading  # noqa: E402,F401
+import bench_metrics  # noqa: E402,F401
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -42,12 +42,18 @@ def config_for_task(name: str | None, data: dict[str, Any], source: str | Path) 
         raise ConfigError(f"{source}: {e}") from None
 
 
-def load_task_config(name: str | None, path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+def load_task_config(name: str | None, path: str | Path | None, overrides: list[str] | None = None,
+                     grid: dict[str, list[Any]] | None = None) -> TrainConfig:
     """The config of task ``name`` from YAML file ``path`` (``None``: the defaults) with ``key=value`` ``overrides``
-    (:func:`config_for_task`)."""
-    if path is None:
-        return config_for_task(name, apply_overrides({}, overrides or []), "the command line")
-    return config_for_task(name, read_config(path, overrides), path)
+    (:func:`config_for_task`); ``grid`` (``--grid``) sets keys of ``selection.grid``, validated with the rest."""
+    data = apply_overrides({}, overrides or []) if path is None else read_config(path, overrides)
+    if grid:
+        section = data.setdefault("selection", {})
+        if not isinstance(section, dict) or not isinstance(section.setdefault("grid", {}), dict):
+            raise ConfigError(f"{path or 'the command line'}: selection: expected a mapping with a grid mapping, got "
+                              f"{section!r}")
+        section["grid"].update(grid)
+    return config_for_task(name, data, "the command line" if path is None else path)
 
 
 def trained_config(artifact: RunArtifact, overrides: list[str] | None = None) -> TrainConfig | None:

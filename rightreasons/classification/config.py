@@ -17,6 +17,7 @@ from ..config import expect
 from ..engine import config as engine
 from ..explain.methods import MapMethodName, get_method
 from ..models import checked_arguments
+from ..regions import POINT_RADIUS, RegionsName
 from .loss import ClassificationLossName
 
 __all__ = ["ClassificationConfig", "EvalConfig", "LossConfig", "ModelConfig", "OptimConfig"]
@@ -116,6 +117,14 @@ class EvalConfig(engine.EvalConfig):
     iou_threshold: float = 0.5
     """IoU binarises each map, its positive part min-max scaled to [0, 1], at this threshold (the Model-Guidance
     code's 0.5) before comparing it with the boxes."""
+    regions: RegionsName = "boxes"
+    """What EPG and IoU score a map against, in validation and in `rightreasons evaluate` (whose `--regions`
+    overrides it): `boxes` (the union of the class's boxes), `masks` (its pixels in the segmentation mask, void
+    pixels left out), `points` (a disc of `point_radius` around each point), `masks-else-boxes` or `union`, as
+    `guidance.regions` (`rightreasons.regions`). Independent of `guidance.regions`, so that a run guided on masks or
+    points is scored as its baseline and the runs guided otherwise are; set it to score against masks."""
+    point_radius: float = POINT_RADIUS
+    """Radius, in pixels of the model input, of the disc a point becomes when `regions` uses points."""
     num_images: int = 4
     """After each validation, draw the explanations of this many validation images into `explanations/step-N/`
     (B-cos models only); 0: none."""
@@ -128,6 +137,7 @@ class EvalConfig(engine.EvalConfig):
         expect(self.layer is None or bool(self.layer.strip()), "layer", self.layer, "a layer name or null")
         expect(0 <= self.iou_threshold <= 1, "iou_threshold", self.iou_threshold, "a threshold in [0, 1]")
         expect(self.num_images >= 0, "num_images", self.num_images, "an integer >= 0")
+        expect(self.point_radius >= 0, "point_radius", self.point_radius, "a radius >= 0 in pixels of the model input")
 
 
 @dataclass

@@ -47,14 +47,16 @@ def trained_model(config: ClassificationConfig, artifact: RunArtifact, dataset: 
 
 
 def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split: str,
-                     device: torch.device | str = "cpu", image_size: int | None = None) -> dict[str, Any]:
+                     device: torch.device | str = "cpu", image_size: int | None = None,
+                     regions: str | None = None) -> dict[str, Any]:
     """Every metric of a trained model on ``split`` of the config's dataset.
 
     ``checkpoint`` is any artefact of a run (:func:`~rightreasons.engine.artifacts.locate_artifact`): its directory,
     its model file, one of its checkpoint directories or a model directory. Data and the localisation method
     (:meth:`~rightreasons.classification.config.ClassificationConfig.localization`) come from ``config``; the
     resolution is ``image_size``, else the one the model file records (:mod:`rightreasons.models.preprocessing`),
-    else ``config.data.image_size``; the scoring is :func:`rightreasons.metrics.evaluation.score_model`.
+    else ``config.data.image_size``; EPG and IoU score against ``regions``, else ``config.eval.regions`` (boxes by
+    default, whatever the run was guided on); the scoring is :func:`rightreasons.metrics.evaluation.score_model`.
     """
     artifact = locate_artifact(checkpoint)
     data = config.data
@@ -64,5 +66,6 @@ def score_checkpoint(config: ClassificationConfig, checkpoint: str | Path, split
     size = image_size or recorded_size(model, data.image_size)
     results = score_model(model, dataset, image_size=size, method=method, layer=layer,
                           iou_threshold=config.eval.iou_threshold, batch_size=data.eval_batch_size, device=device,
-                          source=str(checkpoint))
+                          source=str(checkpoint), regions=regions or config.eval.regions,
+                          point_radius=config.eval.point_radius)
     return {"checkpoint": str(checkpoint), "split": split, "image_size": size, **results}

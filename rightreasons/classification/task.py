@@ -146,11 +146,13 @@ class ClassificationTask(Task):
 
     def evaluators(self, dataset: Any) -> list[Evaluator]:
         """Classification (accuracy or F1, groups) and, unless switched off or ``dataset`` has no boxes,
-        localisation of the model on ``dataset``, as :meth:`ClassificationConfig.localization` decides."""
+        localisation of the model on ``dataset``, as :meth:`ClassificationConfig.localization` decides, against
+        ``eval.regions``."""
         method, layer = self.config.localization(capabilities(self.model).bcos)
+        e = self.config.eval
         return classifier_evaluators(dataset, method if has_boxes(dataset) else None, layer,
-                                     iou_threshold=self.config.eval.iou_threshold,
-                                     batch_size=self.config.data.eval_batch_size)
+                                     iou_threshold=e.iou_threshold, batch_size=self.config.data.eval_batch_size,
+                                     regions=e.regions, point_radius=e.point_radius)
 
     def save_model(self, model: nn.Module, path: Any, metadata: dict[str, str]) -> None:
         """Our model file (:func:`rightreasons.save_model`), with the class names of the validation data and the

@@ -1,9 +1,10 @@
 """Box-aware transform presets on ``torchvision.transforms.v2``, applied jointly to a sample dict.
 
-One random crop/flip moves the image, its ``boxes`` (boxes leaving the crop are removed with their ``box_labels``),
-its segmentation ``mask`` (nearest neighbour at pixel centres) and ``points`` (kept when cropped out of view; they then
-cover nothing, :mod:`rightreasons.boxes`) — :mod:`rightreasons.data.geometry` — and a cached ``explanation``
-(:class:`ExplanationMap`, resampled like the image) together. The last step encodes the image for the model (:func:`rightreasons.encoding.encode`: ``"bcos"``,
+One random crop/flip (and rotation, where asked for: :func:`random_rotation`) moves the image, its ``boxes`` (boxes
+leaving the crop are removed with their ``box_labels``), its segmentation ``mask`` (nearest neighbour at pixel
+centres) and ``points`` (kept when cropped out of view; they then cover nothing, :mod:`rightreasons.boxes`) —
+:mod:`rightreasons.data.geometry` — and a cached ``explanation`` (:class:`ExplanationMap`, resampled like the image)
+together. The last step encodes the image for the model (:func:`rightreasons.encoding.encode`: ``"bcos"``,
 ``"normalize"`` or ``"none"``); :func:`transforms_for` picks the encoding from the model's capabilities.
 
 Frozen e²KD explanations are computed on the *base view* — :func:`eval_transform`'s geometry without encoding,
@@ -38,7 +39,7 @@ from .errors import DataError
 from .sample import to_float
 
 __all__ = ["AttachExplanations", "ExplanationMap", "SanitizeBoxes", "ToFloat", "base_view", "eval_transform",
-           "takes_uint8", "train_transform", "transforms_for"]
+           "random_rotation", "takes_uint8", "train_transform", "transforms_for"]
 
 
 class ExplanationMap(tv_tensors.Mask):
@@ -171,9 +172,12 @@ def eval_transform(size: int, *, encoding: str = "bcos", crop_fraction: float = 
 
 def train_transform(size: int, *, encoding: str = "bcos", scale: tuple[float, float] = (0.25, 1.0),
                     ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
-                    explanations: Mapping[str, Tensor] | None = None, crop_fraction: float = 0.875) -> v2.Compose:
+                    explanations: Mapping[str, Tensor] | None = None, crop_fraction: float = 0.875,
+                    rotation: float = 0.0) -> v2.Compose:
     """Training preset: random resized crop to ``size × size`` (area ``scale``, aspect ``ratio``), horizontal flip
-    with probability ``hflip``, sanitise boxes, convert a uint8 image to float (:class:`ToFloat`), encode.
+    with probability ``hflip``, a random rotation by an angle drawn uniformly from ``[−rotation, rotation]`` degrees
+    when ``rotation > 0`` (:func:`random_rotation`), sanitise boxes, convert a uint8 image to float
+    (:class:`ToFloat`), encode.
 
     With ``explanations`` (frozen e²KD), the image first goes to the :func:`base_view` (``size``, ``crop_fraction``)
     on which the explanations were computed, the explanation is attached, and the crop and flip then apply to both.
@@ -184,10 +188,23 @@ def train_transform(size: int, *, encoding: str = "bcos", scale: tuple[float, fl
     if explanations is not None:
         steps += [base_view(size, crop_fraction), AttachExplanations(explanations)]
     steps += [v2.RandomResizedCrop(size, scale=scale, ratio=ratio, antialias=True), v2.RandomHorizontalFlip(hflip),
-              SanitizeBoxes(), ToFloat(), encode(encoding)]
+              *([random_rotation(rotation)] if rotation else []), SanitizeBoxes(), ToFloat(), encode(encoding)]
     preset = v2.Compose(steps)
     preset.takes_uint8 = explanations is None
     return preset
+
+
+def random_rotation(degrees: float) -> v2.RandomRotation:
+    """Rotate a sample about its centre by an angle drawn uniformly from ``[−degrees, degrees]``, all of it by the same
+    angle: the image and a cached explanation bilinearly, the segmentation mask at pixel centres (nearest: each
+    output pixel takes the label of the source pixel that holds its centre's rotated position, so mask and image
+    never drift apart), points exactly. The corners the rotation brings in are 0 in the image and background (0) in
+    the mask. A box is not a rotated box any more: it becomes the tight axis-aligned box of its four rotated corners,
+    clipped to the image — larger than the object (up to twice its area at 45°), so box guidance gets coarser under
+    rotation while masks and points stay exact."""
+    if not 0 <= degrees <= 180:
+        raise ValueError(f"rotation must be in [0, 180] degrees, got {degrees}")
+    return v2.RandomRotation(degrees, interpolation=v2.InterpolationMode.BILINEAR)
 
 
 def transforms_for(model: nn.Module, size: int, *, train: bool = False, **options: Any) -> v2.Compose:

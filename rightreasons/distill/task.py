@@ -104,7 +104,7 @@ class DistillationTask(ClassificationTask):
         data, crop_fraction = self.config.data, self.config.distill.crop_fraction
         if data.augment:
             return train_transform(data.image_size, encoding=encoding, scale=tuple(data.crop_scale),
-                                   explanations=self.cache, crop_fraction=crop_fraction)
+                                   explanations=self.cache, crop_fraction=crop_fraction, rotation=data.rotation)
         return v2.Compose([base_view(data.image_size, crop_fraction), AttachExplanations(self.cache),
                            SanitizeBoxes(), encode(encoding)])
 

@@ -18,7 +18,8 @@ from .trackers import TrackerName
 __all__ = ["CROP_SCALE", "CheckpointConfig", "DataConfig", "EvalConfig", "KEEP_FRONT", "MAX_LR", "OptimConfig",
            "RESERVED_DATA_OPTIONS", "TrainConfig"]
 
-RESERVED_DATA_OPTIONS: dict[str, str] = {"transform": "data.image_size, data.augment and data.crop_scale",
+RESERVED_DATA_OPTIONS: dict[str, str] = {"transform": "data.image_size, data.augment, data.crop_scale and "
+                                                       "data.rotation",
                                          "annotated_fraction": "data.annotated_fraction", "annotation_seed": "seed"}
 """``load_dataset`` options that training sets itself from other keys, so ``data.options`` may not hold them."""
 MAX_LR = 100.0
@@ -59,10 +60,15 @@ class DataConfig:
     """Share of the training images that keep their boxes (drawn with `seed`): guidance from few boxes; the others
     train on labels only."""
     augment: bool = True
-    """Augment training images (random resized crop with `crop_scale`, horizontal flip); false: the evaluation
-    transform."""
+    """Augment training images (random resized crop with `crop_scale`, horizontal flip, `rotation` if set); false: the
+    evaluation transform."""
     crop_scale: list[float] = field(default_factory=lambda: list(CROP_SCALE))
     """Smallest and largest area fraction of the random resized crop of training images."""
+    rotation: float = 0.0
+    """With `augment`: also rotate training images by an angle drawn uniformly from [-rotation, rotation] degrees,
+    with their masks (at pixel centres), points and cached explanations by the same angle; a box becomes the tight
+    box of its four rotated corners, larger than the object (guide on masks or points for exact regions). 0: no
+    rotation."""
     options: dict[str, Any] = field(default_factory=dict)
     """Options of the dataset's loader (`rightreasons.data.load_dataset`, e.g. `use_difficult` for VOC, `box_file` for
     Waterbirds), except `transform`, `annotated_fraction` and `annotation_seed`, which training sets from other
@@ -88,6 +94,7 @@ class DataConfig:
         expect(self.num_workers >= 0, "num_workers", self.num_workers, "an integer >= 0")
         expect(len(self.crop_scale) == 2 and 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1, "crop_scale",
                self.crop_scale, "[smallest, largest] area fractions with 0 < smallest <= largest <= 1")
+        expect(0 <= self.rotation <= 180, "rotation", self.rotation, "an angle in [0, 180] degrees (0 = no rotation)")
 
     def options_for(self, split: str) -> dict[str, Any]:
         """The loader options of ``split``: ``options`` with ``split_options[split]`` over them."""

@@ -7,22 +7,33 @@ A method's *grid* (``{key: [values]}``) gives its candidate settings, every comb
 that holds the "do nothing" setting (λ = 0 for guidance) can only choose a setting at least as good on validation.
 Only the chosen candidate's runs are then scored on the test split, once. :func:`choose_cells` applies the rule to
 every cell of a study; :class:`Selection` keeps the validation curve that chose.
+
+Candidates that fine-tune a model (guidance starts from a baseline) have one more: **no fine-tuning**, the starting
+model itself, labelled :data:`START` and first in grid order. Its score per seed is computed before (the starting
+model's exported checkpoint scored on the same validation split by the same metric), not trained: :func:`choose`
+takes it as ``start``, :func:`with_start` adds it to a study's records. So validation can never hand back a
+fine-tuning worse than the model it started from, and a tie keeps the starting model.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from ..config import FieldError, construct, expect
 from ..reporting import statistic
 
-__all__ = ["Selection", "candidates", "check_grid", "choose", "choose_cells", "curves_markdown", "exported"]
+__all__ = ["START", "Selection", "candidates", "check_grid", "choose", "choose_cells", "combinations",
+           "curves_markdown", "exported", "with_start"]
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+START = "baseline"
+"""The label of the "no fine-tuning" candidate: the model the fine-tunings of a selection start from."""
 
 
 @dataclass(frozen=True)
@@ -72,18 +83,33 @@ def candidates(method: T, axes: Mapping[str, Sequence[Any]], where: str) -> list
     if unknown:
         raise FieldError(where, f"{unknown} are not hyper-parameters of {fields.get('name')} (it has "
                                 f"{', '.join(fields)})")
+    return [(label, construct(type(method), **{**fields, **changes}, key=where))
+            for label, changes in combinations(axes)]
+
+
+def combinations(axes: Mapping[str, Sequence[Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """``(label, {key: value})`` of every combination of the values of ``axes`` (key → values), in grid order (the
+    last key varies fastest), labelled by key and value (``step_size0.1-adjustment1``); one empty combination,
+    labelled ``""``, without axes."""
     out = []
     for values in itertools.product(*axes.values()):
         changes = dict(zip(axes, values))
-        label = "-".join(f"{k}{v:g}" if isinstance(v, (int, float)) else f"{k}{v}" for k, v in changes.items())
-        out.append((label, construct(type(method), **{**fields, **changes}, key=where)))
+        out.append(("-".join(f"{k}{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k}{v}"
+                             for k, v in changes.items()), changes))
     return out
 
 
-def choose(scores: Mapping[str, Sequence[float]], metric: str, where: str = "selection") -> Selection:
+def choose(scores: Mapping[str, Sequence[float]], metric: str, where: str = "selection",
+           start: Sequence[float] | None = None) -> Selection:
     """The setting with the best mean validation ``metric`` over the seeds, the first in grid order (the order of
-    ``scores``: label → one score per seed) on a tie. Every candidate needs the same number of seeds (at least one)
-    and finite scores; otherwise a ``ValueError`` naming ``where``, the setting and the value."""
+    ``scores``: label → one score per seed) on a tie. ``start``: the starting model's score per seed when the
+    candidates fine-tune one, a candidate labelled :data:`START` before the others (chosen on a tie). Every candidate
+    needs the same number of seeds (at least one) and finite scores; otherwise a ``ValueError`` naming ``where``, the
+    setting and the value."""
+    if start is not None:
+        if START in scores:
+            raise ValueError(f"{where}: a trained setting is labelled {START!r}, the label of the starting model")
+        scores = {START: start, **scores}
     if not scores:
         raise ValueError(f"{where}: no candidate settings to choose from")
     counts = {label: len(values) for label, values in scores.items()}
@@ -108,6 +134,28 @@ def choose_cells(records: Sequence[Mapping[str, Any]], cell: Sequence[str],
         by_cell.setdefault(tuple(r[k] for k in cell), {}).setdefault(r["setting"], []).append(r["validation"])
     return {key: choose(scores, metric, ", ".join(f"{k}={v}" for k, v in zip(cell, key)))
             for key, scores in by_cell.items()}
+
+
+def with_start(runs: Sequence[tuple[R, Mapping[str, Any]]], cell: Sequence[str],
+               start_of: Callable[[Mapping[str, Any]], tuple[R, Mapping[str, Any]] | None]) -> list[tuple[R, dict[str,
+                                                                                                              Any]]]:
+    """A study's ``runs`` (``(run, record)`` in grid order, each record with ``setting``, ``seed`` and the
+    ``cell`` fields) with the "no fine-tuning" candidate of every cell of fine-tunings: ``start_of(record)`` is the
+    ``(run, record)`` a fine-tuning starts from (``None`` for a run that fine-tunes nothing); per cell and seed that
+    run joins the cell once, its record relabelled with the cell's fields and setting :data:`START`, before the
+    cell's first run of that seed, so that :func:`choose_cells` lists it first and the test split scores that run
+    when it is chosen."""
+    out: list[tuple[R, dict[str, Any]]] = []
+    added: set[tuple[Any, ...]] = set()
+    for run, record in runs:
+        start = start_of(record)
+        key = (*(record[k] for k in cell), record["seed"])
+        if start is not None and key not in added:
+            added.add(key)
+            start_run, start_record = start
+            out.append((start_run, {**start_record, **{k: record[k] for k in cell}, "setting": START}))
+        out.append((run, dict(record)))
+    return out
 
 
 def curves_markdown(choices: Mapping[tuple[Any, ...], Selection], cell: Sequence[str]) -> str:

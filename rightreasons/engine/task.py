@@ -104,7 +104,8 @@ class Task:
         """The augmentation of training samples, ending in the model's input ``encoding`` (seeded by the trainer)."""
         data = self.config.data
         if data.augment:
-            return train_transform(data.image_size, encoding=encoding, scale=tuple(data.crop_scale))
+            return train_transform(data.image_size, encoding=encoding, scale=tuple(data.crop_scale),
+                                   rotation=data.rotation)
         return self.eval_transform(encoding)
 
     def eval_transform(self, encoding: str) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -17,6 +17,13 @@ method returns them) and binary masks ``[N, H, W]`` (that class's region: boxes,
   float32), and 0 for an empty mask;
 * ``rrr``: ``Σ (1 − M) · Â²`` (RRR*, a sum over pixels, so its scale grows with H·W).
 
+**Void.** Every loss takes an optional ``void [N, H, W]`` bool: pixels counted neither inside nor outside the region
+(a segmentation's void, :func:`rightreasons.regions.region_masks`), as EPG and IoU leave them out. With ``V`` the
+other pixels: Energy is ``1 − Σ M·A⁺ / Σ V·A⁺``, size-corrected Energy takes ``a = ‖M‖₁ / ‖V‖₁``, L1 is the mean
+of ``|M − Â⁺|`` over ``V``, RRR* sums over ``V`` outside the region; PPCE reads only the region's pixels, which are
+never void. The normalisations ``Â⁺`` and ``Â`` stay those of the whole map: the void changes what is counted, not
+the map. Without ``void`` every pixel counts.
+
 All are finite, with finite gradients, for an empty mask, an all-zero or all-negative attribution and a full mask.
 The Model-Guidance code normalises and clamps at the layer's resolution before upsampling; here the maps arrive
 upsampled, so the normalisation uses the maximum of the upsampled map.
@@ -50,8 +57,9 @@ LOG_GRAD_EPS = 1e-12
 OUTSIDE_FLOOR = 0.1
 
 
-def _check(attributions: Tensor, masks: Tensor, name: str) -> Tensor:
-    """Validate shapes and return the masks as a float tensor of the attributions' dtype."""
+def _check(attributions: Tensor, masks: Tensor, name: str, void: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """Validate shapes; the masks as a float tensor of the attributions' dtype and the counted pixels ``V = ¬void``
+    likewise (``None``: every pixel)."""
     if not attributions.is_floating_point():
         raise TypeError(f"{name}: attributions must be a floating-point tensor, got dtype {attributions.dtype}")
     if attributions.dim() != 3:
@@ -59,7 +67,10 @@ def _check(attributions: Tensor, masks: Tensor, name: str) -> Tensor:
     if masks.shape != attributions.shape:
         raise ValueError(f"{name}: masks must have the attributions' shape {tuple(attributions.shape)}, "
                          f"got {tuple(masks.shape)}")
-    return masks.to(attributions.dtype)
+    if void is not None and (void.shape != attributions.shape or void.dtype != torch.bool):
+        raise ValueError(f"{name}: void must be a bool tensor of the attributions' shape {tuple(attributions.shape)}, "
+                         f"got {void.dtype} {tuple(void.shape)}")
+    return masks.to(attributions.dtype), None if void is None else (~void).to(attributions.dtype)
 
 
 def _safe_divide(numerator: Tensor, denominator: Tensor) -> Tensor:
@@ -101,31 +112,39 @@ def reduce_loss(per_sample: Tensor, masks: Tensor, reduction: Reduction = "mean_
 
 
 def energy_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
-                annotated: Tensor | None = None) -> Tensor:
-    """Energy loss ``1 − EPG = 1 − Σ M·A⁺ / Σ A⁺`` (eq. 7.6; :func:`~rightreasons.metrics.energy_ratio`)."""
-    mask = _check(attributions, masks, "energy_loss")
-    return reduce_loss(1 - energy_ratio(attributions, mask, eps=ENERGY_EPS), masks, reduction, annotated)
+                annotated: Tensor | None = None, void: Tensor | None = None) -> Tensor:
+    """Energy loss ``1 − EPG = 1 − Σ M·A⁺ / Σ V·A⁺`` (eq. 7.6; :func:`~rightreasons.metrics.energy_ratio`; ``V``:
+    the pixels not ``void``, all by default)."""
+    mask, counted = _check(attributions, masks, "energy_loss", void)
+    return reduce_loss(1 - energy_ratio(attributions, mask, counted, eps=ENERGY_EPS), masks, reduction, annotated)
 
 
 def energy_size_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
-                     annotated: Tensor | None = None) -> Tensor:
-    """Size-corrected Energy ``(1 − EPG) / max(1 − a, OUTSIDE_FLOOR)``, ``a = ‖M‖₁ / HW``.
+                     annotated: Tensor | None = None, void: Tensor | None = None) -> Tensor:
+    """Size-corrected Energy ``(1 − EPG) / max(1 − a, OUTSIDE_FLOOR)``, ``a = ‖M‖₁ / HW`` (``‖M‖₁ / ‖V‖₁`` with a
+    ``void``: the region's share of the counted pixels).
 
     A map spreading its evidence uniformly scores ``EPG = a``, so EPG and Energy reward large regions for nothing.
     ``(EPG − a) / (1 − a)`` measures the gain over that uniform map (0 uniform, 1 all evidence inside, whatever the
     region's size); one minus it is this loss: 1 for the uniform map at every region size. It is Energy weighted per
     image by ``1 / (1 − a)``, so its gradient points where Energy's does (no prior inside the region); the weight is
     capped at ``1 / OUTSIDE_FLOOR`` for regions covering nearly the whole image (docs/guide/guidance.md)."""
-    mask = _check(attributions, masks, "energy_size_loss")
-    outside = (1 - mask).flatten(1).mean(1).clamp(min=OUTSIDE_FLOOR)
-    return reduce_loss((1 - energy_ratio(attributions, mask, eps=ENERGY_EPS)) / outside, masks, reduction, annotated)
+    mask, counted = _check(attributions, masks, "energy_size_loss", void)
+    if counted is None:
+        outside = (1 - mask).flatten(1).mean(1)
+    else:
+        outside = 1 - _safe_divide(_pixel_sum(mask * counted), _pixel_sum(counted))
+    ratio = energy_ratio(attributions, mask, counted, eps=ENERGY_EPS)
+    return reduce_loss((1 - ratio) / outside.clamp(min=OUTSIDE_FLOOR), masks, reduction, annotated)
 
 
 def l1_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
-            annotated: Tensor | None = None) -> Tensor:
-    """L1 loss ``(1/HW) Σ |M − Â⁺|`` (eq. 7.3)."""
-    mask = _check(attributions, masks, "l1_loss")
-    per_sample = (mask - normalized_positive(attributions)).abs().flatten(1).mean(1)
+            annotated: Tensor | None = None, void: Tensor | None = None) -> Tensor:
+    """L1 loss ``(1/HW) Σ |M − Â⁺|`` (eq. 7.3); with a ``void``, ``(1/‖V‖₁) Σ V·|M − Â⁺|``."""
+    mask, counted = _check(attributions, masks, "l1_loss", void)
+    distance = (mask - normalized_positive(attributions)).abs()
+    per_sample = distance.flatten(1).mean(1) if counted is None else \
+        _safe_divide(_pixel_sum(distance * counted), _pixel_sum(counted))
     return reduce_loss(per_sample, masks, reduction, annotated)
 
 
@@ -145,20 +164,21 @@ class _FlooredLog(torch.autograd.Function):
 
 
 def ppce_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
-              annotated: Tensor | None = None) -> Tensor:
+              annotated: Tensor | None = None, void: Tensor | None = None) -> Tensor:
     """Per-pixel cross-entropy ``−(1/‖M‖₁) Σ M · log Â⁺`` (eq. 7.4), ``log`` floored at −100 with a bounded
-    derivative, 0 for an empty mask."""
-    mask = _check(attributions, masks, "ppce_loss")
+    derivative, 0 for an empty mask. It reads only the region's pixels, which are never ``void`` (checked only)."""
+    mask, _ = _check(attributions, masks, "ppce_loss", void)
     log = _FlooredLog.apply(normalized_positive(attributions))
     per_sample = -_safe_divide(_pixel_sum(mask * log), _pixel_sum(mask))
     return reduce_loss(per_sample, masks, reduction, annotated)
 
 
 def rrr_loss(attributions: Tensor, masks: Tensor, reduction: Reduction = "mean_annotated",
-             annotated: Tensor | None = None) -> Tensor:
-    """RRR* ``Σ (1 − M) · Â²`` (eq. 7.5) with ``Â = A / max|A|``."""
-    mask = _check(attributions, masks, "rrr_loss")
-    per_sample = _pixel_sum((1 - mask) * normalized(attributions).square())
+             annotated: Tensor | None = None, void: Tensor | None = None) -> Tensor:
+    """RRR* ``Σ (1 − M) · Â²`` (eq. 7.5) with ``Â = A / max|A|``; with a ``void``, ``Σ V·(1 − M) · Â²``."""
+    mask, counted = _check(attributions, masks, "rrr_loss", void)
+    outside = 1 - mask if counted is None else (1 - mask) * counted
+    per_sample = _pixel_sum(outside * normalized(attributions).square())
     return reduce_loss(per_sample, masks, reduction, annotated)
 
 

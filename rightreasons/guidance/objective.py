@@ -52,7 +52,7 @@ from ..boxes import dilate_boxes
 from ..errors import DataError, UsageError
 from ..explain import INTGRAD_STEPS, MAP_METHOD_NAMES, CompiledStep, attribute, functional_attribute, get_method
 from ..models.capabilities import unwrap_model
-from ..regions import POINT_RADIUS, class_regions, require_regions
+from ..regions import POINT_RADIUS, RegionMasks, region_masks, require_regions
 from .losses import REDUCTIONS, LossFn, get_loss
 
 __all__ = ["EXPLAIN_CHOICES", "GuidanceObjective", "GuidanceOutput", "sample_classes"]
@@ -198,25 +198,27 @@ class GuidanceObjective:
                             "label")
         classes = sample_classes(labels, generator)
         size = tuple(images.shape[-2:])
-        masks = self.masks(boxes, box_labels, classes, has_boxes, size, segmentations, points, point_labels)
+        masks, void = self.region_masks(boxes, box_labels, classes, has_boxes, size, segmentations, points,
+                                        point_labels)
         annotated = has_boxes & masks.flatten(1).any(1)
         annotated_only = self.explains_annotated_only(model, annotated)
         none = not annotated.any()
         index = annotated.nonzero()[:, 0].to(device, non_blocking=True)
         classes, masks, annotated = (t.to(device, non_blocking=True) for t in (classes, masks, annotated))
+        void = void.to(device, non_blocking=True) if void.any() else None  # decided on the host: no void, no copy
         if none and (annotated_only or not synchronised_batch_norms(unwrap_model(model))):
             logits = model(images)
             return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,
                                   classes=classes, masks=masks, annotated=annotated, attributions=None,
                                   explained=annotated)
         if create_graph and self.compiled.runs(model):  # compiled whole: the whole batch (module docstring)
-            logits, maps, loss = self.compiled(model, images, classes, masks, annotated, grad_scale)
+            logits, maps, loss = self.compiled(model, images, classes, masks, annotated, grad_scale, void)
             return GuidanceOutput(loss=loss, logits=logits, classes=classes, masks=masks, annotated=annotated,
                                   attributions=maps, explained=torch.ones_like(annotated))
         if not annotated_only:
             result = attribute(model, images, classes, self.method, self.layer, create_graph=create_graph,
                                steps=self.steps, grad_scale=grad_scale)
-            loss = self.loss_fn(result.maps, masks, self.reduction, annotated)
+            loss = self.loss_fn(result.maps, masks, self.reduction, annotated, void)
             return GuidanceOutput(loss=loss, logits=result.logits, classes=classes, masks=masks, annotated=annotated,
                                   attributions=result.maps, explained=torch.ones_like(annotated))
         inner = unwrap_model(model)
@@ -224,19 +226,20 @@ class GuidanceObjective:
             logits = model(images)  # the whole batch: classification logits; its batch statistics are recorded
             result = attribute(inner, images[index], classes[index], self.method, self.layer,
                                create_graph=create_graph, steps=self.steps, grad_scale=grad_scale)
-        part = self.loss_fn(result.maps, masks[index], self.reduction, torch.ones_like(index, dtype=torch.bool))
+        part = self.loss_fn(result.maps, masks[index], self.reduction, torch.ones_like(index, dtype=torch.bool),
+                            None if void is None else void[index])
         loss = part.new_zeros(n).index_copy(0, index, part) if self.reduction == "none" else part
         maps = result.maps.new_zeros((n, *result.maps.shape[1:])).index_copy(0, index, result.maps)
         return GuidanceOutput(loss=loss, logits=logits, classes=classes, masks=masks, annotated=annotated,
                               attributions=maps, explained=annotated)
 
     def _explained_loss(self, model: nn.Module, images: Tensor, classes: Tensor, masks: Tensor, annotated: Tensor,
-                        grad_scale: float | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                        grad_scale: float | Tensor, void: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """The device part of a step compiled whole: the logits ``[N, K]``, the attributions ``[N, H, W]`` of
-        ``classes [N]`` and the loss (over the ``annotated [N]`` images, of ``masks [N, H, W]``) of the bare
-        ``model`` on ``images [N, C, H, W]``."""
+        ``classes [N]`` and the loss (over the ``annotated [N]`` images, of ``masks [N, H, W]`` less the ``void``
+        pixels) of the bare ``model`` on ``images [N, C, H, W]``."""
         result = functional_attribute(model, images, classes, self.method, grad_scale=grad_scale)
-        return result.logits, result.maps, self.loss_fn(result.maps, masks, self.reduction, annotated)
+        return result.logits, result.maps, self.loss_fn(result.maps, masks, self.reduction, annotated, void)
 
     def explains_annotated_only(self, model: nn.Module, annotated: Tensor) -> bool:
         """Whether a step explains only the ``annotated [N]`` images (a bool tensor on the host) of its batch
@@ -254,7 +257,17 @@ class GuidanceObjective:
               size: tuple[int, int], segmentations: Tensor | Sequence[Tensor | None] | None = None,
               points: Sequence[Tensor] | None = None, point_labels: Sequence[Tensor] | None = None) -> Tensor:
         """``[N, H, W]`` bool on the host: per image its region for ``classes[n]`` (:attr:`regions`, boxes
-        dilated), empty where ``has_boxes`` is False.
+        dilated), empty where ``has_boxes`` is False (:meth:`region_masks` without the void)."""
+        return self.region_masks(boxes, box_labels, classes, has_boxes, size, segmentations, points,
+                                 point_labels).inside
+
+    def region_masks(self, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], classes: Tensor, has_boxes: Tensor,
+                     size: tuple[int, int], segmentations: Tensor | Sequence[Tensor | None] | None = None,
+                     points: Sequence[Tensor] | None = None, point_labels: Sequence[Tensor] | None = None
+                     ) -> RegionMasks:
+        """Per image its region for ``classes[n]`` (:attr:`regions`, boxes dilated) and the region's void pixels,
+        ``[N, H, W]`` bool on the host each (:func:`rightreasons.regions.region_masks`), empty where ``has_boxes``
+        is False.
 
         Everything is in pixels of the ``size = (H, W)`` images (see :mod:`rightreasons.boxes` for the pixel and
         point rules and the dilation convention of the Model-Guidance release)."""
@@ -268,6 +281,6 @@ class GuidanceObjective:
             used = [dilate_boxes(b, self.dilation, size) for b in used]
         if segmentations is not None:
             segmentations = [s if k else None for s, k in zip(segmentations, keep)]
-        return class_regions(self.regions, classes.cpu(), size, used, kept(box_labels), segmentations,
-                             None if points is None else kept(points),
-                             None if point_labels is None else kept(point_labels), self.point_radius)
+        return region_masks(self.regions, classes.cpu(), size, used, kept(box_labels), segmentations,
+                            None if points is None else kept(points),
+                            None if point_labels is None else kept(point_labels), self.point_radius)

@@ -14,12 +14,16 @@ from typing import Any
 from ..classification.config import EvalConfig
 from ..classification.recipe import RECIPE_CROP_SCALE, TrainingRun
 from ..config import construct, expect
+from ..regions import POINT_RADIUS, REGIONS, RegionsName
 from .config import GuidanceConfig, GuideConfig
 
-__all__ = ["DATASET", "DataVariant", "GuidanceRecipe", "GuidedRun", "GuidedVariant", "SELECTABLE", "check_weight_grid"]
+__all__ = ["DATASET", "DATASET_REGIONS", "DataVariant", "GuidanceRecipe", "GuidedRun", "GuidedVariant", "SELECTABLE",
+           "check_weight_grid"]
 
 DATASET = "synthetic-birds"
 """The benchmark of the guidance study and the demo (:mod:`rightreasons.data.synthetic`)."""
+DATASET_REGIONS = ("boxes", "masks")
+"""The region sources its samples hold (a tight box and the object's mask per image; no points)."""
 SELECTABLE = ("score", "accuracy", "worst_group_accuracy")
 """The validation metrics a recipe can select checkpoints by (validation during a study scores classification only)."""
 
@@ -47,6 +51,12 @@ class GuidedVariant:
     """λ, its weight (`guidance.weight`)."""
     dilation: float = 0.0
     """Box dilation, a fraction of the box size (`guidance.dilation`)."""
+    regions: RegionsName = "boxes"
+    """What the loss pushes the evidence into (`guidance.regions`): `boxes` (the tight box, grown by `dilation`),
+    `masks` (the object's pixels), `masks-else-boxes` or `union`; the benchmark holds boxes and masks but no points,
+    so `points` is refused (it would guide nothing)."""
+    point_radius: float = POINT_RADIUS
+    """Radius of the disc a point becomes, pixels of the model input (`guidance.point_radius`)."""
     annotated_fraction: float | None = None
     """The share of training images with boxes for this variant (the demo's few-boxes variant); null: the study's or
     demo's own. A study refuses it: its fractions are its `annotated_fraction` axis."""
@@ -57,6 +67,9 @@ class GuidedVariant:
         expect(self.name != "baseline" and bool(self.name.strip()), "name", self.name, "a name other than 'baseline'")
         expect(self.weight >= 0, "weight", self.weight, "a loss weight >= 0")
         expect(self.dilation >= 0, "dilation", self.dilation, "a fraction >= 0")
+        expect(any(set(tier) & set(DATASET_REGIONS) for tier in REGIONS.get(self.regions, ())), "regions",
+               self.regions, f"regions that {DATASET} holds ({', '.join(DATASET_REGIONS)}); it has no points")
+        expect(self.point_radius >= 0, "point_radius", self.point_radius, "a radius >= 0 in pixels of the model input")
 
 
 @dataclass(frozen=True)
@@ -149,7 +162,8 @@ class GuidanceRecipe:
             return run
         return GuidedRun(**vars(run), guidance=construct(
             GuidanceConfig, method="bcos", layer="input", loss=guided.loss, weight=guided.weight,
-            dilation=guided.dilation, annotated_per_batch=self.annotated_per_batch(fraction), key="guidance"))
+            dilation=guided.dilation, regions=guided.regions, point_radius=guided.point_radius,
+            annotated_per_batch=self.annotated_per_batch(fraction), key="guidance"))
 
 
 def check_weight_grid(grid: Mapping[str, Mapping[str, Sequence[Any]]], methods: Sequence[GuidedVariant]) -> None:

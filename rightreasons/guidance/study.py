@@ -3,16 +3,18 @@
 :func:`run_study` (``rightreasons study guidance``).
 
 The benchmark is ``synthetic-birds`` (:mod:`rightreasons.data.synthetic`). A *data variant* fixes its shortcut
-``correlation``, ``difficulty``, data ``seed`` and image size. Per variant and training seed a baseline is trained;
-per annotated fraction and guided method a fine-tuning of that baseline, once per candidate setting of the method's
+``correlation``, ``difficulty``, data ``seed`` and image size. Per variant and training seed a baseline is trained; per
+annotated fraction and guided method a fine-tuning of that baseline, once per candidate setting of the method's
 ``grid`` entry (e.g. λ ∈ {0, 1, 5, 25}; a λ grid must hold 0, the unguided fine-tuning of the same length). Every
 training validates each epoch on the group-balanced validation split and exports the checkpoint with the best
 ``recipe.select`` metric (worst-group accuracy by default; with ``recipe.patience`` the guided fine-tunings stop early,
 so their number of epochs is chosen too); per cell the setting with the best mean validation score over the seeds is
 chosen (:func:`~rightreasons.engine.selection.choose`) and only its runs are scored on the test split, which never
-chooses anything. With few boxes (``fraction · batch_size < min_annotated_per_batch``) the guided runs compose every
-batch of ``min_annotated_per_batch`` annotated images (``guidance.annotated_per_batch``), so that the boxes act at
-every step.
+chooses anything. With ``baseline_candidate`` (the default) the baseline itself, not fine-tuned, is a candidate of
+every guided cell, first in grid order (:func:`~rightreasons.engine.selection.with_start`): a cell whose fine-tunings
+all score below it on validation chooses ``baseline`` and reports the baseline's runs, gain 0. With few boxes
+(``fraction · batch_size < min_annotated_per_batch``) the guided runs compose every batch of
+``min_annotated_per_batch`` annotated images (``guidance.annotated_per_batch``), so that the boxes act at every step.
 
 The trainings run on the grid runner (:func:`~rightreasons.engine.grid.run_grid`) and each is scored once
 (``<run>/test.json`` beside its ``summary.json``), so an interrupted study resumes where it stopped; the tables are mean
@@ -25,7 +27,7 @@ import itertools
 import json
 import logging
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from ..config import FieldError, expect
 from ..console import count
 from ..data import AnnotatedDataset, SyntheticConfig, load_dataset
 from ..engine.grid import GridRun, read_summary, run_grid
-from ..engine.selection import Selection, candidates, check_grid, choose_cells, curves_markdown, exported
+from ..engine.selection import Selection, candidates, check_grid, choose_cells, curves_markdown, exported, with_start
 from ..errors import ConfigError, UsageError
 from ..fileio import writable_directory, write_json_atomic, write_text_atomic
 from ..metrics.evaluation import score_model
@@ -45,7 +47,7 @@ from ..plotting import figure
 from ..reporting import cell, markdown_table, statistic, write_csv
 from .recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant, check_weight_grid
 
-__all__ = ["CELL", "GuidanceStudy", "TEST_METRICS", "run_study", "score_on_test"]
+__all__ = ["CELL", "GuidanceStudy", "TEST_METRICS", "baseline_of", "run_study", "score_on_test"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,10 @@ class GuidanceStudy:
     """Per method name, hyper-parameters to choose on validation (`{energy: {weight: [0, 1, 5, 25]}}`): every
     combination trains with every seed; per cell the best mean validation score is reported. A `weight` grid holds
     0."""
+    baseline_candidate: bool = True
+    """Whether the baseline itself (no fine-tuning) is a candidate of every guided cell's selection, so that a cell
+    never chooses a fine-tuning worse on validation than the model it started from (chosen setting `baseline`);
+    false: only the method's settings compete (to measure a fixed λ)."""
 
     def __post_init__(self) -> None:
         expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
@@ -174,6 +180,16 @@ def _runs(study: GuidanceStudy, out: Path) -> list[tuple[GridRun, dict[str, Any]
     return runs
 
 
+def baseline_of(runs: Sequence[tuple[GridRun, dict[str, Any]]],
+                guided: Collection[str]) -> Callable[[Mapping[str, Any]], Any]:
+    """For :func:`~rightreasons.engine.selection.with_start`: the ``(run, record)`` of the baseline that the run of
+    a record of one of the ``guided`` methods fine-tunes (among ``runs``: same data variant and seed); ``None`` for
+    the records of other methods."""
+    variant = tuple(asdict(DataVariant()))
+    baselines = {(*(f[k] for k in variant), f["seed"]): (r, f) for r, f in runs if f["method"] == "baseline"}
+    return lambda f: baselines[(*(f[k] for k in variant), f["seed"])] if f["method"] in guided else None
+
+
 def _scored(run_dir: Path, score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
     """The test metrics of the finished run in ``run_dir``, read from ``test.json`` or scored and written there."""
     result = run_dir / "test.json"
@@ -194,6 +210,8 @@ def run_study(study: GuidanceStudy, out: str | Path, device: torch.device | str 
     runs = _runs(study, out)
     run_grid([grid_run for grid_run, _ in runs])
     trained = [(r, {**f, **exported(read_summary(r.output_dir))}) for r, f in runs]
+    if study.baseline_candidate:
+        trained = with_start(trained, CELL, baseline_of(trained, [m.name for m in study.methods]))
     choices = choose_cells([f for _, f in trained], CELL, recipe.select)
     chosen = [(r, f) for r, f in trained if f["setting"] == choices[tuple(f[k] for k in CELL)].chosen]
     records: list[dict[str, Any]] = []
@@ -271,7 +289,9 @@ def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
         f"annotated images per batch on average, every batch holds {r.min_annotated_per_batch}. Every training "
         f"exports its checkpoint with the best validation {r.select} (group-balanced validation split); the test "
         f"split is only reported. setting: the candidate chosen by the best mean validation {r.select} over the "
-        f"seeds; epochs: mean epoch of the exported checkpoints; val. {r.select}: the validation score that chose; "
+        f"seeds" + (" (the baseline, not fine-tuned, is a candidate of every guided cell: `baseline` where no "
+                    "fine-tuning beat it)" if study.baseline_candidate else "") +
+        f"; epochs: mean epoch of the exported checkpoints; val. {r.select}: the validation score that chose; "
         "the other columns: test split, %, mean ± std over seeds; gain = worst-group accuracy minus that of the same "
         "seed's baseline.\n",
         markdown_table(table, columns), "\n## Where guidance helps\n",

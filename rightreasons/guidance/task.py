@@ -5,7 +5,8 @@
 where ``L_loc`` is the localisation loss of :class:`~rightreasons.guidance.objective.GuidanceObjective` on the
 annotated images of each batch (``guidance`` section of :class:`~rightreasons.guidance.config.GuideConfig`). Data,
 model, validation and export are those of every classifier (:class:`~rightreasons.classification.ClassificationTask`);
-validation scores EPG and IoU with the guided method and layer by default.
+validation scores EPG and IoU with the guided method and layer by default, against ``eval.regions`` (boxes by
+default, whatever ``guidance.regions`` trains on).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from ..classification import ClassificationTask
 from ..engine import Step, register_task
 from ..engine.data import EpochSampler
 from ..errors import ConfigError, TrainingError
-from ..metrics.evaluation import Evaluator, classifier_evaluators, has_boxes
-from ..models.capabilities import capabilities
+from ..metrics.evaluation import has_boxes
 from .config import GuideConfig
 from .objective import GuidanceObjective
 
@@ -33,6 +33,9 @@ class GuidanceTask(ClassificationTask):
     config: GuideConfig
 
     def __init__(self, config: GuideConfig) -> None:
+        if config.selection.grid:  # a run of one setting: the candidates are trained by guidance.choosing
+            raise ConfigError(f"selection.grid={config.selection.grid}: this config chooses among candidate settings, "
+                              "which `rightreasons guide` trains (guidance.choosing.run_selection), not one training")
         super().__init__(config)
         g = config.guidance
         self.guidance = GuidanceObjective(g.method, g.layer, g.loss, g.dilation, "sum", g.intgrad_steps, g.explain,
@@ -46,15 +49,6 @@ class GuidanceTask(ClassificationTask):
             raise TrainingError(f"guidance needs annotated images, but none of the {len(train_set)} training "
                                 f"images of {data.name} has boxes (data.annotated_fraction={data.annotated_fraction})")
         return train_set, val_set
-
-    def evaluators(self, dataset: Any) -> list[Evaluator]:
-        """As for any classifier, with EPG and IoU scored against the guided regions (``guidance.regions``)."""
-        method, layer = self.config.localization(capabilities(self.model).bcos)
-        g = self.config.guidance
-        return classifier_evaluators(dataset, method if has_boxes(dataset) else None, layer,
-                                     iou_threshold=self.config.eval.iou_threshold,
-                                     batch_size=self.config.data.eval_batch_size, regions=g.regions,
-                                     point_radius=g.point_radius)
 
     def train_sampler(self, train_set: Any) -> EpochSampler:
         """A seeded permutation per epoch; with ``guidance.annotated_per_batch = k``, batches of ``k`` annotated and

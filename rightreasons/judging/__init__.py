@@ -3,6 +3,7 @@ by the explanation-quality metrics of :mod:`rightreasons.metrics` (docs/metrics.
 and 95 % bootstrap interval per metric) and a figure.
 
 * :mod:`.suite` — the metrics by name (:data:`SUITE`; cheap ones by default, costly ones opt-in);
+* :mod:`.constructed` — the opt-in metrics that build inputs from a batch: ROAD, IROF, the grid pointing game;
 * :mod:`.judge` — :func:`judge`, per-image scores of every model, method and layer, batched on the device;
 * :mod:`.intervals` — the percentile bootstrap over images;
 * :mod:`.disagreement` — rank correlations between the metrics across the rows, and the pairs in conflict;

@@ -3,8 +3,9 @@
 Each model sees the first ``images`` samples of one dataset through its own evaluation transform (at its
 ``image_size``, the crop its model file records), as :func:`rightreasons.metrics.evaluation.score_model` does; it
 explains its first true class (the argmax of the multi-hot labels, as the viewer) in batches on ``device``, and the
-localisation metrics compare the map with that class's boxes. Every (model, explanation) draws the same noise
-(a generator seeded with ``seed``), so that the randomised metrics compare like with like.
+localisation metrics compare the map with that class's region (its boxes unless ``regions`` says otherwise:
+:func:`rightreasons.regions.batch_regions`, the regions evaluation and guidance use). Every (model, explanation) draws
+the same noise (a generator seeded with ``seed``), so that the randomised metrics compare like with like.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..boxes import class_masks
 from ..data import AnnotatedDataset, collate, transforms_for
 from ..errors import UsageError
 from ..explain import MAP_METHOD_NAMES, get_method, layer_for
 from ..metrics import attribution_fn, run_attribution
 from ..metrics.evaluation import is_multilabel
 from ..models.preprocessing import recorded_crop
+from ..regions import POINT_RADIUS, batch_regions, require_regions
 from .intervals import bootstrap_interval
 from .suite import DEFAULT_METRICS, SUITE, Scored, columns_of
 
@@ -74,10 +75,13 @@ def explanations(methods: Sequence[str], layers: Sequence[str | None]) -> list[t
 
 def judge(models: Sequence[JudgedModel], dataset: AnnotatedDataset, pairs: Sequence[tuple[str, str]],
           metrics: Sequence[str] = DEFAULT_METRICS, *, images: int | None = None, batch_size: int = 32,
-          device: torch.device | str = "cpu", seed: int = 0) -> Judgement:
+          device: torch.device | str = "cpu", seed: int = 0, regions: str = "boxes",
+          point_radius: float = POINT_RADIUS) -> Judgement:
     """Score the first ``images`` samples of ``dataset`` (``None``: all) for every model and (method, layer) of
-    ``pairs`` with ``metrics`` (names of :data:`~rightreasons.judging.suite.SUITE`); module docstring. Sets
+    ``pairs`` with ``metrics`` (names of :data:`~rightreasons.judging.suite.SUITE`) against ``regions`` (a choice
+    of :data:`rightreasons.regions.REGIONS`, points as discs of ``point_radius``); module docstring. Sets
     ``dataset.transform`` to each model's in turn."""
+    require_regions(regions, "--regions")
     count = len(dataset) if images is None else min(images, len(dataset))
     if not count:
         raise UsageError("--images: the dataset has no images to judge")
@@ -96,10 +100,10 @@ def judge(models: Sequence[JudgedModel], dataset: AnnotatedDataset, pairs: Seque
                     batch = collate([dataset[i] for i in range(start, min(start + batch_size, count))])
                     x = batch["image"].to(device)
                     targets = batch["labels"].argmax(1)
-                    masks = class_masks(batch["boxes"], batch["box_labels"], targets, size=tuple(x.shape[-2:]))
+                    masks, void = batch_regions(regions, batch, targets, point_radius)
                     targets = targets.to(device)
                     scored = Scored(model, x, targets, run_attribution(fn, model, x, targets), masks.to(device), fn,
-                                    output, generator)
+                                    output, generator, void.to(device) if void.any() else None)
                     values = {c: v.detach().cpu() for name in metrics for c, v in SUITE[name].score(scored).items()}
                     scores += [{"model": judged.label, "method": method, "layer": layer, "image": str(image_id),
                                 **{c: v[i].item() for c, v in values.items()}}

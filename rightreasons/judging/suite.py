@@ -1,7 +1,8 @@
 """The metrics a judging can ask for by name (:data:`SUITE`): each scores one batch of explained images per image.
 
 A :class:`Scored` batch holds what every metric reads: the model, its inputs ``[N, C, H, W]``, the explained classes
-``[N]``, the maps ``[N, H, W]`` of the judged method and layer, the target class's box masks ``[N, H, W]`` and the
+``[N]``, the maps ``[N, H, W]`` of the judged method and layer, the target class's region ``[N, H, W]`` (its boxes
+unless ``judge --regions`` says otherwise) with its void pixels (left out by EPG and IoU) and the
 attribution function itself (for the metrics that explain perturbed inputs again). A :class:`SuiteMetric` returns
 one ``[N]`` tensor per column it fills; localisation columns are NaN for an image without a box of the explained
 class, so that they average over the images that have one. The functions are those of :mod:`rightreasons.metrics`,
@@ -22,6 +23,7 @@ from ..metrics import (AttributionFn, complexity, epg, faithfulness_correlation,
                        model_randomisation, pointing_game, randomisable_layers, relevance_rank_accuracy, sensitivities,
                        sparseness, top_k_intersection)
 from ..metrics.perturbation import Output
+from .constructed import grid_pointing_game_score, irof_score, road_score
 
 __all__ = ["DEFAULT_METRICS", "SUITE", "Scored", "SuiteMetric", "columns_of", "parse_metrics"]
 
@@ -29,8 +31,9 @@ __all__ = ["DEFAULT_METRICS", "SUITE", "Scored", "SuiteMetric", "columns_of", "p
 @dataclass(frozen=True)
 class Scored:
     """One batch to score: ``model`` (eval mode), ``images [N, C, H, W]``, ``targets [N]``, ``maps [N, H, W]``,
-    ``masks [N, H, W]`` bool (the target class's boxes), ``attribution`` (what made ``maps``), ``output`` (the
-    score perturbation metrics track) and a seeded CPU ``generator``."""
+    ``masks [N, H, W]`` bool (the target class's region: :func:`rightreasons.regions.batch_regions`),
+    ``attribution`` (what made ``maps``), ``output`` (the score perturbation metrics track), a seeded CPU
+    ``generator`` and the region's ``void [N, H, W]`` bool (``None``: none)."""
 
     model: nn.Module
     images: Tensor
@@ -40,6 +43,7 @@ class Scored:
     attribution: AttributionFn
     output: Output
     generator: torch.Generator
+    void: Tensor | None = None
 
     @property
     def pixels(self) -> int:
@@ -57,14 +61,16 @@ class SuiteMetric:
     score: Callable[[Scored], dict[str, Tensor]]
 
 
-def _localisation(name: str, fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Scored], dict[str, Tensor]]:
-    """``fn(maps, masks)`` on the images with a box of their class; NaN for the others."""
+def _localisation(name: str, fn: Callable[..., Tensor], void: bool = False) -> Callable[[Scored], dict[str, Tensor]]:
+    """``fn(maps, masks)`` on the images with a region of their class (``fn(maps, masks, void=...)`` for a metric
+    that leaves out void pixels, ``void``); NaN for the others."""
 
     def score(b: Scored) -> dict[str, Tensor]:
         present = b.masks.flatten(1).any(1)
         out = torch.full(present.shape, torch.nan, device=b.maps.device)
         if present.any():
-            out[present] = fn(b.maps[present], b.masks[present]).to(out.dtype)
+            extra = {"void": b.void[present]} if void and b.void is not None else {}
+            out[present] = fn(b.maps[present], b.masks[present], **extra).to(out.dtype)
         return {name: out}
 
     return score
@@ -90,8 +96,8 @@ def _randomisation(b: Scored) -> dict[str, Tensor]:
 
 
 SUITE: dict[str, SuiteMetric] = {
-    "epg": SuiteMetric(("epg",), (True,), True, _localisation("epg", epg)),
-    "iou": SuiteMetric(("iou",), (True,), True, _localisation("iou", iou)),
+    "epg": SuiteMetric(("epg",), (True,), True, _localisation("epg", epg, void=True)),
+    "iou": SuiteMetric(("iou",), (True,), True, _localisation("iou", iou, void=True)),
     "pointing_game": SuiteMetric(("pointing_game",), (True,), True, _localisation("pointing_game", pointing_game)),
     "relevance_rank": SuiteMetric(("relevance_rank",), (True,), True,
                                   _localisation("relevance_rank", relevance_rank_accuracy)),
@@ -108,12 +114,16 @@ SUITE: dict[str, SuiteMetric] = {
     "infidelity": SuiteMetric(("infidelity",), (False,), False, lambda b: {"infidelity": infidelity(
         b.model, b.images, b.targets, b.maps, generator=b.generator, batch_size=len(b.images))}),
     "randomisation": SuiteMetric(("randomisation",), (False,), False, _randomisation),
+    "road": SuiteMetric(("road_morf", "road_lerf"), (False, True), False, road_score),
+    "irof": SuiteMetric(("irof",), (True,), False, irof_score),
+    "grid_pointing_game": SuiteMetric(("grid_pointing_game",), (True,), False, grid_pointing_game_score),
 }
 """Name → metric. Localisation: ``epg``, ``iou`` (min-max normalised, threshold 0.5), ``pointing_game`` (15 px),
 ``relevance_rank``, ``top_k`` (k = 1000); complexity: ``sparseness``, ``complexity``; faithfulness (opt-in):
 ``insertion_deletion`` (AUCs), ``faithfulness_correlation``; robustness (opt-in): ``sensitivity`` (max and avg),
 ``infidelity``; sanity (opt-in): ``randomisation`` (Spearman correlation of the map after randomising every
-parametrised layer, cascade)."""
+parametrised layer, cascade); built from the batch (opt-in, :mod:`.constructed`): ``road`` (MoRF and LeRF areas),
+``irof`` (10 × 10 grid superpixels), ``grid_pointing_game`` (2 × 2 grids of the batch's confident images)."""
 DEFAULT_METRICS: tuple[str, ...] = tuple(name for name, metric in SUITE.items() if metric.cheap)
 """The cheap metrics, judged unless others are named: one attribution per image and no extra forward pass."""
 

@@ -2,7 +2,8 @@
 worst-group accuracy), distillation fidelity (agreement, explanation similarity), Pareto model selection, the
 explanation-quality tests of the B-cos papers (grid pointing game, pixel perturbation) and the explanation-quality
 suite of docs/metrics.md: pointing game with a tolerance, relevance rank accuracy, top-k intersection, sparseness,
-complexity, insertion/deletion, faithfulness correlation, max/avg sensitivity, infidelity, model randomisation.
+complexity, insertion/deletion, ROAD, IROF, faithfulness correlation, max/avg sensitivity, infidelity, model and
+label randomisation.
 
 Every metric is a torchmetrics ``Metric`` (accumulates over batches, synchronises across processes) with a
 functional form on single tensors. Evaluations that need attributions take an :data:`AttributionFn`
@@ -25,7 +26,10 @@ from .perturbation import (PerturbationCurves, PixelPerturbation, area_between, 
                            removal_fractions, replacement_curve, target_scores)
 from .pointing_game import (GridBatch, GridPointingGame, build_grids, grid_pointing_game, pointing_game_scores,
                             select_confident, smooth_attributions, tile_masks)
-from .randomisation import ModelRandomisation, model_randomisation, randomisable_layers
+from .irof import IROF, IROFCurves, grid_segments, irof, segment_ranks, slic_segments
+from .randomisation import (LabelRandomisation, ModelRandomisation, label_randomisation, model_randomisation,
+                            randomisable_layers)
+from .road import ROAD, ROADCurves, noisy_linear_imputation, road
 from .relevance_rank import RelevanceRankAccuracy, TopKIntersection, relevance_rank_accuracy, top_k_intersection
 from .robustness import Infidelity, Sensitivity, infidelity, sensitivities
 from .tolerance_pointing import PointingGame, pointing_game
@@ -33,16 +37,16 @@ from .tolerance_pointing import PointingGame, pointing_game
 __all__ = [
     "Agreement", "AttributionFn", "Complexity", "DEFAULT_IOU_CANDIDATES", "DEFAULT_OBJECTIVES", "ENERGY_EPS",
     "EnergyPointingGame", "ExplanationSimilarity", "FaithfulnessCorrelation", "GridBatch", "GridPointingGame",
-    "GroupAccuracy", "GroupedRate", "Infidelity", "InsertionDeletion", "InsertionDeletionCurves", "IoU",
-    "LocalizationPairs", "ModelRandomisation", "MultiLabelClassification", "OnObjectRatio", "ParetoTracker",
-    "PerSampleMean", "PerturbationCurves", "PixelPerturbation", "PointingGame", "RelevanceRankAccuracy",
+    "GroupAccuracy", "GroupedRate", "IROF", "IROFCurves", "Infidelity", "InsertionDeletion", "InsertionDeletionCurves", "IoU",
+    "LabelRandomisation", "LocalizationPairs", "ModelRandomisation", "MultiLabelClassification", "OnObjectRatio", "ParetoTracker",
+    "PerSampleMean", "PerturbationCurves", "PixelPerturbation", "PointingGame", "ROAD", "ROADCurves", "RelevanceRankAccuracy",
     "Sensitivity", "Sparseness", "TopKIntersection", "area_between", "attribution_fn", "average_ranks", "blurred",
     "build_grids", "complexity", "dominates", "energy_ratio", "epg", "evaluate_localization",
-    "explanation_similarity", "faithfulness_correlation", "grid_pointing_game", "group_accuracy", "infidelity",
-    "insertion_deletion", "iou", "localization_pairs", "model_randomisation", "normalize_attributions",
+    "explanation_similarity", "faithfulness_correlation", "grid_pointing_game", "grid_segments", "group_accuracy", "infidelity",
+    "insertion_deletion", "iou", "irof", "label_randomisation", "localization_pairs", "model_randomisation", "noisy_linear_imputation", "normalize_attributions",
     "on_object_ratio", "pareto_front", "pearson", "perturbation_curves", "pixel_ranks", "pointing_game",
     "pointing_game_scores", "random_subsets", "randomisable_layers", "relevance_rank_accuracy", "removal_fractions",
-    "replacement_curve", "representative", "run_attribution", "select_confident", "select_iou_threshold",
-    "sensitivities", "smooth_attributions", "sparseness", "spearman", "target_scores", "tile_masks",
+    "replacement_curve", "representative", "road", "run_attribution", "segment_ranks", "select_confident", "select_iou_threshold",
+    "sensitivities", "slic_segments", "smooth_attributions", "sparseness", "spearman", "target_scores", "tile_masks",
     "top1_agreement", "top_k_intersection",
 ]

@@ -282,20 +282,23 @@ def evaluate(model: nn.Module, dataset: Dataset, evaluators: Sequence[Evaluator]
 
 def score_model(model: nn.Module | str | Path, dataset: Any, *, image_size: int, method: str | None,
                 layer: str = "input", iou_threshold: float = 0.5, extra: Sequence[Evaluator] = (),
-                batch_size: int = 64, device: torch.device | str = "cpu", source: str | None = None
-                ) -> dict[str, Any]:
+                batch_size: int = 64, device: torch.device | str = "cpu", source: str | None = None,
+                regions: str = "boxes", point_radius: float = POINT_RADIUS) -> dict[str, Any]:
     """Score a trained ``model`` (or a model file, :func:`rightreasons.load_model`) on ``dataset``: its samples get
     the model's evaluation transform at ``image_size`` (full image, no crop, unless the model records another
     ``crop_pct``: :mod:`rightreasons.models.preprocessing`); classification metrics, EPG and IoU of
     ``method`` at ``layer`` when ``method`` is set and ``dataset`` has boxes, and the metrics of the ``extra``
-    evaluators (e.g. fidelity to a teacher), in one pass. The results also say which method scored localisation
-    (``method``: ``None`` when none did), at which ``layer``, on how many ``images``. ``source`` names the model in
-    errors (default: its file, when ``model`` is one)."""
+    evaluators (e.g. fidelity to a teacher), in one pass. EPG and IoU score against ``regions`` (a choice of
+    :data:`rightreasons.regions.REGIONS`, points as discs of ``point_radius``; default the boxes). The results also
+    say which method scored localisation (``method``: ``None`` when none did), at which ``layer``, against which
+    ``regions``, on how many ``images``. ``source`` names the model in errors (default: its file, when ``model`` is
+    one)."""
     source = source or (str(model) if isinstance(model, (str, Path)) else "the evaluated model")
     model = (load_model(model) if isinstance(model, (str, Path)) else model).to(device)
     dataset.transform = transforms_for(model, image_size, crop_fraction=recorded_crop(model))
     method = method if has_boxes(dataset) else None
-    evaluators = [*classifier_evaluators(dataset, method, layer, iou_threshold=iou_threshold, batch_size=batch_size),
-                  *extra]
+    evaluators = [*classifier_evaluators(dataset, method, layer, iou_threshold=iou_threshold, batch_size=batch_size,
+                                         regions=require_regions(regions), point_radius=point_radius), *extra]
     results = evaluate(model, dataset, evaluators, batch_size=batch_size, device=device, source=source)
-    return {"images": len(dataset), "method": method, "layer": layer, **results}
+    return {"images": len(dataset), "method": method, "layer": layer,
+            **({"regions": regions} if method is not None else {}), **results}

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 from torchvision.transforms.functional import gaussian_blur
 
-from .base import PerSampleMean, check_maps
-from .perturbation import Output, check_output, pixel_ranks, removal_fractions, replacement_curve
+from .base import check_maps
+from .perturbation import CurvePair, Output, check_output, pixel_ranks, removal_fractions, replacement_curve
 
 __all__ = ["InsertionDeletion", "InsertionDeletionCurves", "blurred", "insertion_deletion"]
 
@@ -102,31 +102,19 @@ def insertion_deletion(model: nn.Module, images: Tensor, targets: Tensor, attrib
                                    torch.trapezoid(deletion, fractions, dim=-1))
 
 
-class InsertionDeletion(PerSampleMean):
+class InsertionDeletion(CurvePair):
     """Mean insertion and deletion curves over every sample passed to ``update(insertion, deletion)`` (``[N, S+1]``
     each, from :func:`insertion_deletion` with the same ``num_steps``).
 
     ``compute()`` returns ``{"fractions": [S+1], "insertion": [S+1], "deletion": [S+1], "insertion_auc": scalar,
-    "deletion_auc": scalar}``; the AUC of the mean curve equals the mean of the per-sample AUCs.
+    "deletion_auc": scalar}``.
     """
 
-    higher_is_better = None   # insertion: higher; deletion: lower
+    names = ("insertion", "deletion")   # insertion: higher is better; deletion: lower
 
     def __init__(self, num_steps: int = 20, **kwargs) -> None:
-        fractions = removal_fractions(num_steps, 1.0)
-        super().__init__(score_shape=(2, num_steps + 1), **kwargs)
-        self.fractions = fractions
-
-    def score(self, insertion: Tensor, deletion: Tensor) -> Tensor:
-        steps = len(self.fractions)
-        if insertion.shape != deletion.shape or insertion.dim() != 2 or insertion.shape[1] != steps:
-            raise ValueError(f"InsertionDeletion.update: insertion and deletion must both be [N, {steps}], got "
-                             f"{tuple(insertion.shape)} and {tuple(deletion.shape)}")
-        return torch.stack([insertion, deletion], 1)
+        super().__init__(removal_fractions(num_steps, 1.0), **kwargs)
 
     def compute(self) -> dict[str, Tensor]:
-        insertion, deletion = super().compute()
-        fractions = self.fractions.to(device=insertion.device, dtype=insertion.dtype)
-        return {"fractions": fractions, "insertion": insertion, "deletion": deletion,
-                "insertion_auc": torch.trapezoid(insertion, fractions),
-                "deletion_auc": torch.trapezoid(deletion, fractions)}
+        out = self.curves()
+        return {**out, **{f"{name}_auc": torch.trapezoid(out[name], out["fractions"]) for name in self.names}}

@@ -55,16 +55,24 @@ def energy_ratio(attributions: Tensor, inside: Tensor, within: Tensor | None = N
     return captured / torch.where(total <= eps, torch.ones_like(total), total)
 
 
-def epg(attributions: Tensor, masks: Tensor) -> Tensor:
-    """Energy pointing game ``EPG = Σ M·A⁺ / Σ A⁺`` per pair ``[N]``, in ``[0, 1]`` and independent of the map's
+def epg(attributions: Tensor, masks: Tensor, void: Tensor | None = None) -> Tensor:
+    """Energy pointing game ``EPG = Σ M·A⁺ / Σ V·A⁺`` per pair ``[N]``, in ``[0, 1]`` and independent of the map's
     scale (:func:`energy_ratio`; 0 for a map without positive evidence).
 
     Args:
         attributions: ``[N, H, W]`` attribution maps (any sign).
         masks: ``[N, H, W]`` bool or 0/1 masks (the union of the class's boxes). An empty mask scores 0.
+        void: optional ``[N, H, W]`` bool pixels that count neither inside nor outside (a segmentation's void,
+            :func:`rightreasons.regions.region_masks`); ``V`` is the other pixels (all when ``None``).
     """
-    check_maps("epg", attributions=attributions, masks=masks)
-    return energy_ratio(attributions, check_binary_mask("epg", "masks", masks))
+    check_maps("epg", attributions=attributions, masks=masks, **_void_maps(void))
+    mask = check_binary_mask("epg", "masks", masks)
+    return energy_ratio(attributions, mask, None if void is None else ~check_binary_mask("epg", "void", void))
+
+
+def _void_maps(void: Tensor | None) -> dict[str, Tensor]:
+    """``{"void": void}`` for :func:`check_maps`, nothing when there is no void."""
+    return {} if void is None else {"void": void}
 
 
 def normalize_attributions(attributions: Tensor, normalize: Normalization = "minmax") -> Tensor:
@@ -99,22 +107,28 @@ def _as_thresholds(threshold: float | Sequence[float] | Tensor) -> tuple[Tensor,
 
 
 def iou(attributions: Tensor, masks: Tensor, threshold: float | Sequence[float] | Tensor = 0.5,
-        normalize: Normalization = "minmax") -> Tensor:
+        normalize: Normalization = "minmax", void: Tensor | None = None) -> Tensor:
     """IoU of the binarised attribution with the mask, per pair.
 
     Each map is normalised with :func:`normalize_attributions` and binarised as ``normalised > threshold``; the
-    score is ``|B ∧ M| / |B ∨ M|``, 0 when the union is empty. ``threshold`` may be one number (result ``[N]``) or
-    ``T`` candidates (result ``[N, T]``, used by :func:`select_iou_threshold`). The thesis picks the threshold on a
-    held-out split; the Model-Guidance code used 0.5 with ``"minmax"``, the e²KD paper 0.05 with ``"max"``.
+    score is ``|B ∧ M| / |B ∨ M|``, 0 when the union is empty. Pixels of the optional ``void [N, H, W]`` bool are
+    left out of both counts, as VOC's segmentation evaluation leaves out its void pixels (the map is still normalised
+    over the whole image: the void changes what is counted, not the binarised map). ``threshold`` may be one number
+    (result ``[N]``) or ``T`` candidates (result ``[N, T]``, used by :func:`select_iou_threshold`). The thesis picks
+    the threshold on a held-out split; the Model-Guidance code used 0.5 with ``"minmax"``, the e²KD paper 0.05 with
+    ``"max"``.
     """
-    check_maps("iou", attributions=attributions, masks=masks)
+    check_maps("iou", attributions=attributions, masks=masks, **_void_maps(void))
     mask = check_binary_mask("iou", "masks", masks).flatten(1)
+    counted = None if void is None else ~check_binary_mask("iou", "void", void).flatten(1)
+    if counted is not None:
+        mask = mask & counted
     thresholds, scalar = _as_thresholds(threshold)
     scaled = normalize_attributions(attributions.detach(), normalize).flatten(1)
     area = mask.sum(1)
     scores = []
     for t in thresholds.tolist():
-        binary = scaled > t
+        binary = scaled > t if counted is None else (scaled > t) & counted
         intersection = (binary & mask).sum(1)
         union = binary.sum(1) + area - intersection
         scores.append(intersection.to(scaled.dtype) / union.clamp(min=1))  # an empty union has no intersection: 0
@@ -148,14 +162,16 @@ def on_object_ratio(attributions: Tensor, object_masks: Tensor, box_masks: Tenso
 
 
 class EnergyPointingGame(PerSampleMean):
-    """Mean :func:`epg` over every (image, class) pair passed to ``update(attributions [N,H,W], masks [N,H,W])``."""
+    """Mean :func:`epg` over every (image, class) pair passed to ``update(attributions [N,H,W], masks [N,H,W])``
+    (and optionally ``void [N,H,W]``)."""
 
-    def score(self, attributions: Tensor, masks: Tensor) -> Tensor:
-        return epg(attributions, masks)
+    def score(self, attributions: Tensor, masks: Tensor, void: Tensor | None = None) -> Tensor:
+        return epg(attributions, masks, void)
 
 
 class IoU(PerSampleMean):
-    """Mean :func:`iou` over every pair passed to ``update(attributions [N,H,W], masks [N,H,W])``.
+    """Mean :func:`iou` over every pair passed to ``update(attributions [N,H,W], masks [N,H,W])`` (and optionally
+    ``void [N,H,W]``).
 
     Args:
         threshold: one threshold (``compute()`` is a scalar) or ``T`` candidates (``compute()`` is ``[T]``, e.g. to
@@ -172,8 +188,8 @@ class IoU(PerSampleMean):
         self.threshold = float(thresholds[0]) if scalar else thresholds
         self.normalize = normalize
 
-    def score(self, attributions: Tensor, masks: Tensor) -> Tensor:
-        return iou(attributions, masks, self.threshold, self.normalize)
+    def score(self, attributions: Tensor, masks: Tensor, void: Tensor | None = None) -> Tensor:
+        return iou(attributions, masks, self.threshold, self.normalize, void)
 
 
 class OnObjectRatio(PerSampleMean):

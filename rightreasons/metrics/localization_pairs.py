@@ -1,12 +1,12 @@
 """Localisation evaluation over *every* ground-truth class of every image.
 
-Training guides one sampled class per image; evaluation scores all of them: each (image, class) pair with
-``labels[i, k] = 1`` and a non-empty region gets its own attribution map for class ``k`` and its own mask ``M_k``, the
-image's region of class ``k`` (:func:`rightreasons.regions.class_regions`: its boxes, segmentation or points, as
-``regions`` chooses) — the same pixels the guidance loss trains on. :func:`localization_pairs` yields these pairs in
-batches (one attribution call per batch, one target class per row); :func:`evaluate_localization` feeds them to
-metrics such as
-:class:`~rightreasons.metrics.EnergyPointingGame` and :class:`~rightreasons.metrics.IoU`.
+Training guides one sampled class per image; evaluation scores all of them: each (image, class) pair with ``labels[i, k]
+= 1`` and a non-empty region gets its own attribution map for class ``k`` and its own mask ``M_k``, the image's region
+of class ``k`` (:func:`rightreasons.regions.class_regions`: its boxes, segmentation or points, as ``regions`` chooses) —
+the same pixels the guidance loss trains on — and, where the region was taken from a segmentation, its void pixels,
+which the metrics leave out (:func:`rightreasons.regions.region_masks`). :func:`localization_pairs` yields these pairs
+in batches (one attribution call per batch, one target class per row); :func:`evaluate_localization` feeds them to
+metrics such as :class:`~rightreasons.metrics.EnergyPointingGame` and :class:`~rightreasons.metrics.IoU`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from ..regions import POINT_RADIUS, class_regions
+from ..regions import POINT_RADIUS, region_masks
 from .attribution_fn import AttributionFn, run_attribution
 
 __all__ = ["LocalizationPairs", "Regions", "evaluate_localization", "localization_pairs"]
@@ -34,6 +34,8 @@ class LocalizationPairs:
         classes: ``[P]`` the class of each pair.
         image_index: ``[P]`` the row of each pair's image in the ``images`` given.
         object_masks: ``[P, H, W]`` bool ``segmentations[image_index] == classes`` when segmentations were given.
+        void: ``[P, H, W]`` bool pixels counted neither inside nor outside the region (a segmentation's void), or
+            ``None`` when no pair of the batch has any.
     """
 
     attributions: Tensor
@@ -41,6 +43,7 @@ class LocalizationPairs:
     classes: Tensor
     image_index: Tensor
     object_masks: Tensor | None = None
+    void: Tensor | None = None
 
 
 @dataclass
@@ -57,18 +60,19 @@ class Regions:
 
 
 def _pairs(labels: Tensor, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], size: tuple[int, int],
-           regions: Regions) -> tuple[list[tuple[int, int]], Tensor]:
-    """The (image, class) pairs of every positive label with a non-empty region, and their regions ``[P, H, W]``."""
+           regions: Regions) -> tuple[list[tuple[int, int]], Tensor, Tensor]:
+    """The (image, class) pairs of every positive label with a non-empty region, their regions and their void pixels
+    ``[P, H, W]``."""
     candidates = labels.nonzero().tolist()
     rows = [i for i, _ in candidates]
 
     def of(values: Sequence | None) -> list | None:
         return None if values is None else [values[i] for i in rows]
 
-    masks = class_regions(regions.regions, [k for _, k in candidates], size, of(boxes), of(box_labels),
-                          of(regions.mask), of(regions.points), of(regions.point_labels), regions.point_radius)
+    masks, void = region_masks(regions.regions, [k for _, k in candidates], size, of(boxes), of(box_labels),
+                               of(regions.mask), of(regions.points), of(regions.point_labels), regions.point_radius)
     kept = masks.flatten(1).any(1)
-    return [pair for pair, keep in zip(candidates, kept.tolist()) if keep], masks[kept]
+    return [pair for pair, keep in zip(candidates, kept.tolist()) if keep], masks[kept], void[kept]
 
 
 def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
@@ -97,18 +101,21 @@ def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: 
     _, _, height, width = _check_inputs(images, labels, boxes, box_labels, segmentations)
     if batch_size < 1:
         raise ValueError(f"localization_pairs: batch_size must be >= 1, got {batch_size}")
-    pairs, regions_of_pairs = _pairs(labels.cpu(), boxes, box_labels, (height, width), regions or Regions())
+    pairs, regions_of_pairs, void = _pairs(labels.cpu(), boxes, box_labels, (height, width), regions or Regions())
+    has_void = void.flatten(1).any(1).tolist()  # on the host: which chunks carry a void
     device = images.device
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
         index = torch.tensor([i for i, _ in chunk]).to(device, non_blocking=True)
         classes = torch.tensor([k for _, k in chunk]).to(device, non_blocking=True)
         masks = regions_of_pairs[start:start + batch_size].to(device, non_blocking=True)
+        chunk_void = void[start:start + batch_size].to(device, non_blocking=True) \
+            if any(has_void[start:start + batch_size]) else None
         maps = run_attribution(attribution, model, images[index], classes)
         objects = None
         if segmentations is not None:
             objects = segmentations[index.to(segmentations.device)].to(images.device) == classes[:, None, None]
-        yield LocalizationPairs(maps, masks, classes, index, objects)
+        yield LocalizationPairs(maps, masks, classes, index, objects, chunk_void)
 
 
 def _check_inputs(images: Tensor, labels: Tensor, boxes: Sequence[Tensor], box_labels: Sequence[Tensor],
@@ -134,8 +141,9 @@ def _check_inputs(images: Tensor, labels: Tensor, boxes: Sequence[Tensor], box_l
 def evaluate_localization(model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
                           box_labels: Sequence[Tensor], attribution: AttributionFn, metrics: Iterable[Metric],
                           batch_size: int = 32, regions: Regions | None = None) -> int:
-    """Update every metric with ``metric.update(attributions, masks)`` for all (image, ground-truth class) pairs
-    of the batch (see :func:`localization_pairs`); returns the number of pairs evaluated.
+    """Update every metric with ``metric.update(attributions, masks)`` — ``metric.update(attributions, masks, void)``
+    for the chunks of pairs with void pixels (the metric must take them: EPG, IoU) — for all (image, ground-truth
+    class) pairs of the batch (see :func:`localization_pairs`); returns the number of pairs evaluated.
 
     For the on-object ratio, iterate :func:`localization_pairs` with ``segmentations`` and call
     ``OnObjectRatio.update(p.attributions, p.object_masks, p.masks)``.
@@ -145,6 +153,9 @@ def evaluate_localization(model: nn.Module, images: Tensor, labels: Tensor, boxe
     for batch in localization_pairs(model, images, labels, boxes, box_labels, attribution, batch_size,
                                     regions=regions):
         for metric in metrics:
-            metric.update(batch.attributions, batch.masks)
+            if batch.void is None:
+                metric.update(batch.attributions, batch.masks)
+            else:
+                metric.update(batch.attributions, batch.masks, batch.void)
         count += batch.classes.numel()
     return count

@@ -17,11 +17,11 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from torchmetrics import Metric
 
 from .attribution_fn import AttributionFn, run_attribution
+from .base import PerSampleMean
 
-__all__ = ["PerturbationCurves", "PixelPerturbation", "area_between", "check_output", "perturbation_curves",
+__all__ = ["CurvePair", "PerturbationCurves", "PixelPerturbation", "area_between", "check_output", "perturbation_curves",
            "pixel_ranks", "removal_fractions", "replacement_curve", "target_scores"]
 
 Output = Literal["logit", "softmax", "sigmoid"]
@@ -133,38 +133,49 @@ def perturbation_curves(model: nn.Module, images: Tensor, targets: Tensor, attri
     return PerturbationCurves(fractions, most, least, area_between(most, least, fractions))
 
 
-class PixelPerturbation(Metric):
+class CurvePair(PerSampleMean):
+    """Mean of two per-sample curves over every sample passed to ``update(first, second)`` (``[N, S+1]`` each, at
+    the removal ``fractions [S+1]``), across batches and processes: the one accumulator of the perturbation metrics
+    (:class:`PixelPerturbation`, :class:`~rightreasons.metrics.insertion_deletion.InsertionDeletion`,
+    :class:`~rightreasons.metrics.road.ROAD`), which name the two curves (:attr:`names`) and add their areas.
+
+    :meth:`curves` returns ``{"fractions": [S+1], names[0]: [S+1], names[1]: [S+1]}``; the area of a mean curve
+    equals the mean of the per-sample areas (the trapezoid rule is linear).
+    """
+
+    names: tuple[str, str] = ("first", "second")
+    higher_is_better = None
+
+    def __init__(self, fractions: Tensor, **kwargs) -> None:
+        super().__init__(score_shape=(2, len(fractions)), **kwargs)
+        self.fractions = fractions
+
+    def score(self, first: Tensor, second: Tensor) -> Tensor:
+        steps = len(self.fractions)
+        if first.shape != second.shape or first.dim() != 2 or first.shape[1] != steps:
+            raise ValueError(f"{type(self).__name__}.update: {' and '.join(self.names)} must both be [N, {steps}], "
+                             f"got {tuple(first.shape)} and {tuple(second.shape)}")
+        return torch.stack([first, second], 1)
+
+    def curves(self) -> dict[str, Tensor]:
+        first, second = super().compute()
+        fractions = self.fractions.to(device=first.device, dtype=first.dtype)
+        return {"fractions": fractions, self.names[0]: first, self.names[1]: second}
+
+
+class PixelPerturbation(CurvePair):
     """Mean perturbation curves and area over all samples passed to ``update(most_first, least_first)``
     (``[N, S+1]`` each, e.g. from :func:`perturbation_curves` with the same schedule).
 
-    ``compute()`` returns ``{"fractions": [S+1], "most_first": [S+1], "least_first": [S+1], "area": scalar}``;
-    the area of the mean curves equals the mean of the per-sample areas.
+    ``compute()`` returns ``{"fractions": [S+1], "most_first": [S+1], "least_first": [S+1], "area": scalar}``.
     """
 
-    is_differentiable = False
+    names = ("most_first", "least_first")
     higher_is_better = True
-    full_state_update = False
 
     def __init__(self, num_steps: int = 10, max_fraction: float = 0.25, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.fractions = removal_fractions(num_steps, max_fraction)
-        self.add_state("most_sum", default=torch.zeros(num_steps + 1), dist_reduce_fx="sum")
-        self.add_state("least_sum", default=torch.zeros(num_steps + 1), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
-
-    def update(self, most_first: Tensor, least_first: Tensor) -> None:
-        steps = len(self.fractions)
-        if most_first.shape != least_first.shape or most_first.dim() != 2 or most_first.shape[1] != steps:
-            raise ValueError(f"PixelPerturbation.update: curves must both be [N, {steps}], got "
-                             f"{tuple(most_first.shape)} and {tuple(least_first.shape)}")
-        self.most_sum += most_first.detach().sum(0).to(self.most_sum.dtype)
-        self.least_sum += least_first.detach().sum(0).to(self.least_sum.dtype)
-        self.count += most_first.shape[0]
+        super().__init__(removal_fractions(num_steps, max_fraction), **kwargs)
 
     def compute(self) -> dict[str, Tensor]:
-        if self.count == 0:
-            raise ValueError("PixelPerturbation.compute(): no curve was added; call update() with data first")
-        most, least = self.most_sum / self.count, self.least_sum / self.count
-        fractions = self.fractions.to(device=most.device, dtype=most.dtype)
-        return {"fractions": fractions, "most_first": most, "least_first": least,
-                "area": area_between(most, least, fractions)}
+        out = self.curves()
+        return {**out, "area": area_between(out["most_first"], out["least_first"], out["fractions"])}

@@ -1,5 +1,7 @@
-"""Model-parameter randomisation sanity check (Adebayo et al. 2018, "Sanity checks for saliency maps", NeurIPS): an
-explanation that depends on what the model learned must change when the model's weights are re-initialised.
+"""Randomisation sanity checks (Adebayo et al. 2018, "Sanity checks for saliency maps", NeurIPS): an explanation
+that depends on what the model learned must change when the model's weights are re-initialised (model
+randomisation) or when the model is trained on randomly permuted labels (label, or data, randomisation:
+:func:`label_randomisation`, which compares with a second model that the caller trained on permuted labels).
 
 The score of each step is the Spearman rank correlation between every image's map for the model and for the
 randomised model, ``[N, L]`` — *lower* means the explanation is more sensitive to the parameters, i.e. passes the
@@ -29,7 +31,8 @@ from .attribution_fn import AttributionFn, run_attribution
 from .base import PerSampleMean
 from .correlation import spearman
 
-__all__ = ["ModelRandomisation", "model_randomisation", "randomisable_layers"]
+__all__ = ["LabelRandomisation", "ModelRandomisation", "label_randomisation", "model_randomisation",
+           "randomisable_layers"]
 
 Mode = Literal["cascade", "independent"]
 
@@ -52,6 +55,13 @@ def _reinitialise(layer: nn.Module, seed: int) -> None:
     with torch.no_grad():
         for target, value in zip(layer.state_dict().values(), fresh.state_dict().values()):
             target.copy_(value)
+
+
+def _flat_maps(model: nn.Module, images: Tensor, targets: Tensor, attribution: AttributionFn,
+               batch_size: int) -> Tensor:
+    """The maps ``[N, H·W]`` of ``attribution`` for ``model``, ``batch_size`` images per call."""
+    return torch.cat([run_attribution(attribution, model, images[s:s + batch_size], targets[s:s + batch_size])
+                      for s in range(0, len(images), batch_size)]).flatten(1)
 
 
 def _check(model: nn.Module, layers: Sequence[str], mode: str) -> list[str]:
@@ -89,8 +99,7 @@ def model_randomisation(model: nn.Module, images: Tensor, targets: Tensor, attri
     targets = targets.to(images.device).long()
 
     def maps(net: nn.Module) -> Tensor:
-        return torch.cat([run_attribution(attribution, net, images[s:s + batch_size], targets[s:s + batch_size])
-                          for s in range(0, len(images), batch_size)]).flatten(1)
+        return _flat_maps(net, images, targets, attribution, batch_size)
 
     trained = maps(model)
     randomised = copy.deepcopy(model)
@@ -130,3 +139,37 @@ class ModelRandomisation(PerSampleMean):
     def score(self, model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
         return model_randomisation(model, images, targets, self.attribution, self.layers, self.mode, self.seed,
                                    self.batch_size)[1]
+
+
+def label_randomisation(model: nn.Module, random_label_model: nn.Module, images: Tensor, targets: Tensor,
+                        attribution: AttributionFn, batch_size: int = 64) -> Tensor:
+    """Spearman correlation ``[N]`` of each image's map for ``model`` and for ``random_label_model``, the same
+    architecture trained the same way on the training labels randomly permuted (Adebayo et al.'s data
+    randomisation test); lower is better — a map that correlates highly with a model that learned nothing but to
+    memorise noise does not explain what ``model`` learned. Both explain the class ``targets [N]``.
+
+    rightreasons trains models from configs (``rightreasons train``), not with a function taking a labelling, so the
+    caller trains the permuted-label copy and passes it here. Ties, negative and constant maps as for
+    :func:`model_randomisation` (mean ranks; signed maps; a constant map correlates 0).
+    """
+    if images.dim() != 4 or targets.shape != (images.shape[0],):
+        raise ValueError(f"label_randomisation: need images [N, C, H, W] and targets [N], got shapes "
+                         f"{tuple(images.shape)} and {tuple(targets.shape)}")
+    targets = targets.to(images.device).long()
+    trained = _flat_maps(model, images, targets, attribution, batch_size)
+    return spearman(trained, _flat_maps(random_label_model, images, targets, attribution, batch_size).to(trained.dtype))
+
+
+class LabelRandomisation(PerSampleMean):
+    """Mean Spearman correlation over every image passed to ``update(model, random_label_model, images, targets)``
+    (:func:`label_randomisation`). Lower is better."""
+
+    higher_is_better = False
+
+    def __init__(self, attribution: AttributionFn, batch_size: int = 64, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.attribution = attribution
+        self.batch_size = batch_size
+
+    def score(self, model: nn.Module, random_label_model: nn.Module, images: Tensor, targets: Tensor) -> Tensor:
+        return label_randomisation(model, random_label_model, images, targets, self.attribution, self.batch_size)

@@ -14,10 +14,12 @@ resume):
 each method once per candidate setting of its hyper-parameters in ``grid`` (every combination; JTT's first stage once
 per ``T``). Every training selects its exported checkpoint by ``recipe.select`` on the group-balanced validation split;
 per method (and box fraction) the setting with the best mean validation score over the seeds is chosen
-(:func:`~rightreasons.engine.selection.choose`, the rule of every study; a λ grid of a guided method holds 0) and only
-its runs are scored on the test split (``<run>/test.json``). DFR (:mod:`rightreasons.robustness.dfr`) then retrains
-the last layer of the baseline and, with ``dfr_on_guided``, of the chosen guided runs (guidance then DFR), selecting
-its regularisation on half of the validation split (``<run>/dfr.json``). The test split never chooses anything.
+(:func:`~rightreasons.engine.selection.choose`, the rule of every study; a λ grid of a guided method holds 0; with
+``baseline_candidate``, the default, ERM itself — the model the guided runs fine-tune — is a candidate of every guided
+cell, chosen as ``baseline`` where no fine-tuning beats it) and only its runs are scored on the test split
+(``<run>/test.json``). DFR (:mod:`rightreasons.robustness.dfr`) then retrains the last layer of the baseline and, with
+``dfr_on_guided``, of the chosen guided runs (guidance then DFR), selecting its regularisation on half of the
+validation split (``<run>/dfr.json``). The test split never chooses anything.
 
 Reported per run: worst-group and mean test accuracy, the test group accuracies weighted by the training split's group
 proportions (the average DFR's paper reports), EPG (of B-cos contributions; not for DFR, whose new last layer is not
@@ -42,11 +44,11 @@ from ..config import FieldError, expect
 from ..console import count
 from ..data import load_dataset
 from ..engine.grid import GridRun, read_summary, run_grid
-from ..engine.selection import Selection, candidates, check_grid, choose_cells, curves_markdown, exported
+from ..engine.selection import Selection, candidates, check_grid, choose_cells, curves_markdown, exported, with_start
 from ..errors import ConfigError
 from ..fileio import writable_directory, write_json_atomic, write_text_atomic
 from ..guidance.recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant, check_weight_grid
-from ..guidance.study import CELL, score_on_test
+from ..guidance.study import CELL, baseline_of, score_on_test
 from ..models.weights import RUN_MODEL_FILE
 from ..plotting import figure
 from ..reporting import cell, markdown_table, statistic, write_csv
@@ -96,6 +98,9 @@ class RobustnessStudy:
     dfr_on_guided: bool = True
     dfr_retrains: int = 20
     waterbirds_root: str | None = None
+    baseline_candidate: bool = True
+    """Whether ERM itself (the guided runs' starting model, not fine-tuned) is a candidate of every guided cell's
+    selection (as in the guidance study)."""
 
     def __post_init__(self) -> None:
         expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
@@ -223,6 +228,8 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
     runs = [(r, f) for r, f in study.runs(out)]
     run_grid([r for r, _ in runs])
     scored = [(r, {**f, **exported(read_summary(r.output_dir))}) for r, f in runs if f["scored"]]
+    if study.baseline_candidate:  # ERM is what the guided runs fine-tune; the other methods train from scratch
+        scored = with_start(scored, CELL, baseline_of(scored, [m.name for m in study.methods]))
     choices = choose_cells([f for _, f in scored], CELL, recipe.select)
     chosen = [(r, f) for r, f in scored if f["setting"] == choices[tuple(f[k] for k in CELL)].chosen]
     with_dfr = {r.name for r, _ in study.dfr_bases(chosen)}
@@ -320,7 +327,9 @@ def study_markdown(study: RobustnessStudy, rows: Sequence[dict[str, Any]]) -> st
         f"run's features. Every training selects its checkpoint by validation {r.select} (group labels of the "
         "validation split, used by every method). setting: the hyper-parameters chosen among the study's grid "
         f"({grid or 'none'}) by the best mean validation {r.select} over the seeds (per box share for the guided "
-        "methods; +dfr retrains the chosen run); only the chosen setting's test numbers are reported. DFR chooses "
+        "methods" + ("; ERM itself, not fine-tuned, is a candidate of every guided cell: `baseline` where no "
+                     "fine-tuning beat it" if study.baseline_candidate else "") +
+        "; +dfr retrains the chosen run); only the chosen setting's test numbers are reported. DFR chooses "
         "its regularisation on half of the validation split. Test split, %, mean ± std over seeds. mean: accuracy "
         "over the (group-balanced) test split; train-weighted: test group accuracies weighted by the training "
         "split's group proportions (DFR's average). group labels: images whose group label the method trains on "

@@ -187,7 +187,9 @@ function render() {
 
 images.forEach((image, i) => { image.index = i; });
 document.getElementById("summary").textContent = "dataset " + view.dataset + ", split " + view.split + ", first " +
-  images.length + " images; each run explains the first true class; EPG of that explanation inside its boxes.";
+  images.length + " images; each run explains the first true class; EPG of that explanation inside its " +
+  ({"boxes": "boxes", "masks": "mask", "points": "point discs", "masks-else-boxes": "mask, else boxes",
+    "union": "boxes, mask and point discs"}[view.regions] || "boxes") + ".";
 document.getElementById("metrics").appendChild(metricsTable());
 window.addEventListener("hashchange", render);
 render();

@@ -1,9 +1,10 @@
 """Per-image records of the page: what each run predicts and explains on the first images of a split.
 
 For every image, each run explains its first true class (the argmax of the multi-hot labels) with the method and
-layer it is shown with (:func:`~rightreasons.viewer.runs.viewed_method`), and that map's EPG against the union of the
-class's boxes is the image's EPG for the run (:func:`~rightreasons.metrics.localization.epg`; ``None`` when the image
-has no box of that class). On single-label data this is the EPG that evaluation averages
+layer it is shown with (:func:`~rightreasons.viewer.runs.viewed_method`), and that map's EPG against the class's
+region — the union of its boxes unless ``regions`` says otherwise (:func:`rightreasons.regions.batch_regions`, void
+pixels left out) — is the image's EPG for the run (:func:`~rightreasons.metrics.localization.epg`; ``None`` when the
+image has no region of that class). On single-label data this is the EPG that evaluation averages
 (:mod:`rightreasons.metrics.localization_pairs`).
 """
 
@@ -14,7 +15,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..boxes import class_masks
 from ..classification import class_probabilities, resolve_classification_loss
 from ..data import AnnotatedDataset, collate, load_dataset, transforms_for
 from ..encoding import to_rgb
@@ -24,6 +24,7 @@ from ..metrics.evaluation import is_multilabel, require_finite_logits
 from ..metrics.localization import epg
 from ..models import capabilities
 from ..models.preprocessing import recorded_crop, recorded_size
+from ..regions import batch_regions
 from .pictures import explanation_uri, rgb_uri
 from .runs import ViewedRun
 
@@ -60,10 +61,10 @@ def image_records(samples: list[dict[str, Any]], encoding: str) -> list[dict[str
 
 @torch.no_grad()
 def run_records(run: ViewedRun, samples: list[dict[str, Any]], dataset: AnnotatedDataset, method: str, layer: str, *,
-                device: torch.device | str = "cpu") -> list[dict[str, Any]]:
+                device: torch.device | str = "cpu", regions: str = "boxes") -> list[dict[str, Any]]:
     """Per sample the run's ``predicted`` class, its ``probability`` (through the link of the run's loss),
     ``correct`` (the prediction is a true class), the explained ``target``, the ``explanation`` picture (PNG data
-    URI) and its ``epg`` (module docstring)."""
+    URI) and its ``epg`` against ``regions`` (module docstring)."""
     model = run.model.to(device).eval()
     bcos = capabilities(model).bcos
     link = resolve_classification_loss(run.config.loss.classification, bcos, is_multilabel(dataset))
@@ -75,8 +76,8 @@ def run_records(run: ViewedRun, samples: list[dict[str, Any]], dataset: Annotate
         target = labels.argmax(1)
         result = attribute(model, x, target.to(device), method, layer)
         require_finite_logits(result.logits, str(run.path), batch["id"])
-        masks = class_masks(batch["boxes"], batch["box_labels"], target, size=tuple(x.shape[-2:]))
-        scores = epg(result.maps.cpu(), masks)
+        masks, void = batch_regions(regions, batch, target)
+        scores = epg(result.maps.cpu(), masks, void)
         located = masks.flatten(1).any(1) & batch["has_boxes"]
         probabilities = class_probabilities(result.logits, link).cpu()
         for i in range(len(x)):

@@ -1,6 +1,7 @@
 """The one rule that chooses hyper-parameters on validation (:mod:`rightreasons.engine.selection`), on fake
-validation scores: seeds averaged, the first in grid order on a tie, non-finite scores and uneven seeds refused; and
-the grids it chooses from refused when empty, repeated or out of range."""
+validation scores: seeds averaged, the first in grid order on a tie, non-finite scores and uneven seeds refused, the
+starting model a candidate of fine-tunings; and the grids it chooses from refused when empty, repeated or out of
+range."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import random
 import pytest
 
 from rightreasons.config import FieldError
-from rightreasons.engine.selection import check_grid, choose, choose_cells, curves_markdown
+from rightreasons.engine.selection import START, check_grid, choose, choose_cells, curves_markdown, with_start
 from rightreasons.guidance.recipe import GuidedVariant, check_weight_grid
 
 
@@ -61,6 +62,47 @@ def test_with_no_guidance_in_the_grid_the_chosen_weight_is_never_worse_on_valida
         means = {p["setting"]: p["mean"] for p in selection.curve}
         assert means[selection.chosen] >= means["weight0"]
         assert means[selection.chosen] == max(means.values())
+
+
+def test_the_starting_model_wins_where_every_fine_tuning_is_worse_on_validation():
+    """A measured cell: every fine-tuning, λ = 0 included, below the baseline it started from. Without the starting
+    model the best of them is handed back; with it, the baseline is chosen, first in the curve."""
+    scores = {"weight0": [0.40, 0.50], "weight5": [0.45, 0.35], "weight25": [0.30, 0.55]}
+    assert choose(scores, "worst_group_accuracy").chosen == "weight0"
+    selection = choose(scores, "worst_group_accuracy", start=[0.60, 0.52])
+    assert selection.chosen == START == "baseline"
+    assert [p["setting"] for p in selection.curve] == ["baseline", "weight0", "weight5", "weight25"]
+    assert selection.curve[0]["values"] == [0.60, 0.52] and selection.curve[0]["mean"] == pytest.approx(0.56)
+    assert selection.describe().startswith("**baseline: 56.0 ± 5.7**, weight0: 45.0")
+    # a fine-tuning better on validation is still chosen; a tie keeps the starting model
+    assert choose(scores, "score", start=[0.1, 0.2]).chosen == "weight0"
+    assert choose(scores, "score", start=[0.45, 0.45]).chosen == START
+    with pytest.raises(ValueError, match="the same number"):
+        choose(scores, "score", start=[0.5])
+    with pytest.raises(ValueError, match="a trained setting is labelled 'baseline'"):
+        choose({START: [0.5]}, "score", start=[0.4])
+
+
+def test_a_study_s_baseline_joins_every_cell_of_its_fine_tunings_and_wins_there():
+    """:func:`with_start` puts the run a fine-tuning starts from into its cell (per seed, once, first), relabelled;
+    choosing then picks it where it is best, and the chosen run is the baseline's own (test scores that run)."""
+    runs = [(f"base{seed}", {"method": "baseline", "fraction": None, "setting": "", "seed": seed, "validation": 0.6})
+            for seed in (0, 1)]
+    runs += [(f"{m}-w{w}-{seed}", {"method": m, "fraction": 0.1, "setting": f"weight{w}", "seed": seed,
+                                   "validation": v})
+             for seed in (0, 1) for m, w, v in [("energy", 0, 0.5), ("energy", 5, 0.55), ("l1", 0, 0.7)]]
+    start_of = {seed: runs[seed] for seed in (0, 1)}
+    joined = with_start(runs, ("method", "fraction"),
+                        lambda f: None if f["method"] == "baseline" else start_of[f["seed"]])
+    energy = [(r, f["setting"]) for r, f in joined if f["method"] == "energy"]
+    assert energy == [("base0", START), ("energy-w0-0", "weight0"), ("energy-w5-0", "weight5"),
+                      ("base1", START), ("energy-w0-1", "weight0"), ("energy-w5-1", "weight5")]
+    choices = choose_cells([f for _, f in joined], ("method", "fraction"), "score")
+    assert choices[("energy", 0.1)].chosen == START and choices[("l1", 0.1)].chosen == "weight0"
+    assert choices[("baseline", None)].chosen == ""  # the baseline's own cell is unchanged
+    chosen = [r for r, f in joined if f["method"] == "energy" and f["setting"] == choices[("energy", 0.1)].chosen]
+    assert chosen == ["base0", "base1"]
+    assert [f["fraction"] for r, f in joined if r == "base0"] == [None, 0.1, 0.1]  # relabelled into each cell
 
 
 def test_every_cell_chooses_on_its_own_runs():

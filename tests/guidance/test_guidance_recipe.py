@@ -3,7 +3,10 @@ section by section and validated like every config."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 
 from rightreasons.classification import TrainingRun
 from rightreasons.config import to_dict
@@ -32,3 +35,54 @@ def test_a_recipe_built_in_code_is_validated_like_a_config_file():
     with pytest.raises(ConfigError, match=r"data\.image_size: expected an integer"):
         TrainingRun(output_dir="o", image_size="64").config()
     assert TrainingRun(output_dir="o", lr=1).config().optim.lr == 1.0  # an int where a float belongs, as in YAML
+
+
+STUDY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_epochs": 1, "guided_epochs": 1,
+                    "train_images": 24, "test_images": 16, "min_annotated_per_batch": 2},
+         "seeds": 1, "correlation": [1.0], "difficulty": [0.5], "image_size": [32], "annotated_fraction": [1.0],
+         "methods": [{"name": "boxes", "loss": "energy", "weight": 5.0},
+                     {"name": "masks", "loss": "energy", "weight": 5.0, "regions": "masks", "point_radius": 3.0}]}
+
+
+def test_a_study_method_guides_its_fine_tuning_with_the_regions_it_names(tmp_path):
+    """A guided method's ``regions`` used to be missing (every study method guided with boxes): the fine-tuning of a
+    ``regions: masks`` method trains with mask regions (its written config says so) and learns other weights than
+    the same fine-tuning with boxes — same seed, same annotated images, same baseline — so the masks reach the loss."""
+    from safetensors.torch import load_file
+
+    from rightreasons.config import from_dict
+    from rightreasons.guidance.study import GuidanceStudy, run_study
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_study(from_dict(GuidanceStudy, STUDY), tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    folder = tmp_path / "corr1-diff0.5-data0-32px" / "seed-0"
+    configs = {name: json.loads((folder / f"{name}-boxes1" / "summary.json").read_text())["config"]
+               for name in ("boxes", "masks")}
+    assert configs["masks"]["guidance"]["regions"] == "masks" and configs["masks"]["guidance"]["point_radius"] == 3.0
+    assert configs["boxes"]["guidance"]["regions"] == "boxes"
+    assert {k: v for k, v in configs["masks"]["guidance"].items() if k not in ("regions", "point_radius")} == \
+        {k: v for k, v in configs["boxes"]["guidance"].items() if k not in ("regions", "point_radius")}
+    weights = {name: load_file(folder / f"{name}-boxes1" / "model.safetensors") for name in ("boxes", "masks")}
+    assert any(not torch.equal(weights["boxes"][k], weights["masks"][k]) for k in weights["boxes"])
+
+
+@pytest.mark.parametrize("method, named", [
+    ({"regions": "discs"}, r"methods\[0\]\.regions: 'discs' is not one of 'boxes' \| 'masks'"),
+    ({"regions": "points"}, r"methods\[0\]\.regions: expected regions that synthetic-birds holds \(boxes, masks\); "
+                            r"it has no points, got 'points'"),
+    ({"point_radius": -1.0}, r"methods\[0\]\.point_radius: expected a radius >= 0"),
+])
+def test_a_study_method_refuses_regions_it_cannot_guide_with(method, named):
+    """A region kind that is not one, or one the study's data cannot give (synthetic-birds has no points: a
+    ``regions: points`` method would train without any guidance), is refused before any training, named by key."""
+    from rightreasons.config import from_dict
+    from rightreasons.guidance.study import GuidanceStudy
+
+    with pytest.raises(ConfigError, match=named):
+        from_dict(GuidanceStudy, {**STUDY, "methods": [{"name": "m", "loss": "energy", "weight": 1.0, **method}]})
+    assert from_dict(GuidanceStudy, {**STUDY, "methods": [{"name": "m", "loss": "energy", "weight": 1.0,
+                                                           "regions": "union"}]}).methods[0].regions == "union"

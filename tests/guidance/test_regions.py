@@ -182,9 +182,10 @@ def test_epg_and_iou_score_every_pair_against_its_region_and_skip_pairs_without_
         return count, [float(m.compute()) for m in metrics]
 
     box_epg = 49 * 1.25 / (49 * 1.25 + (14 * 12 - 49) * 0.25)
-    assert scored("masks") == (1, pytest.approx([box_epg, 1.0]))  # only image 0 has a mask
+    mask_epg = 49 * 1.25 / (49 * 1.25 + (14 * 12 - 49 - 32) * 0.25)  # the 32 void pixels around it count nowhere
+    assert scored("masks") == (1, pytest.approx([mask_epg, 1.0]))  # only image 0 has a mask
     count, (epg_score, _) = scored("masks-else-boxes")  # image 0 by its mask, image 1 by its box: both BOX
-    assert count == 2 and epg_score == pytest.approx(box_epg)
+    assert count == 2 and epg_score == pytest.approx((mask_epg + box_epg) / 2)
     count, (epg_score, _) = scored("boxes")  # image 0's box is elsewhere
     assert count == 2 and epg_score < box_epg
 
@@ -196,14 +197,15 @@ model: {name: bcos_resnet18, kwargs: {inplanes: 4}}
 data: {name: folder, root: ROOT, image_size: 32, batch_size: 4, eval_batch_size: 2,
        options: {labels: labels.csv, annotations: notes.csv}}
 optim: {epochs: 1}
-eval: {num_images: 0}
+eval: {num_images: 0, regions: union, point_radius: 3}
 checkpoint: {keep_last: 1}
 guidance: {regions: union, loss: energy-size, point_radius: 3}
 """
 
 
 def test_guide_trains_on_one_folder_of_points_boxes_masks_and_unannotated_images(tmp_path, monkeypatch):
-    """A point, a box, a mask and nothing in the training batch; validation scores EPG on a box and a mask."""
+    """A point, a box, a mask and nothing in the training batch; validation scores EPG on a box and a mask (its
+    ``eval.regions: union``; by default it would score the box only)."""
     import json
 
     import numpy as np

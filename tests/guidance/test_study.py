@@ -21,7 +21,8 @@ from rightreasons.guidance.study import GuidanceStudy, run_study
 TINY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_epochs": 1, "guided_epochs": 1,
                    "train_images": 24, "test_images": 16, "min_annotated_per_batch": 2},
         "seeds": 1, "correlation": [1.0], "difficulty": [0.5], "image_size": [32],
-        "annotated_fraction": [0.125, 1.0], "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}]}
+        "annotated_fraction": [0.125, 1.0], "methods": [{"name": "energy", "loss": "energy", "weight": 1.0}],
+        "baseline_candidate": False}  # every cell's one setting chosen and scored (the λ grid test has the baseline)
 
 
 def run_tiny_study(out: Path) -> dict:
@@ -78,9 +79,9 @@ def test_tables_report_mean_std_and_the_paired_gain(tiny_study):
 
 def test_the_weight_and_the_guided_epochs_are_chosen_on_validation_and_only_the_choice_is_tested(tmp_path,
                                                                                                   monkeypatch):
-    """λ ∈ {0, 1} with 2 seeds and early stopping: every candidate trains, the best mean validation worst-group
-    accuracy chooses (never below λ = 0's), the curve is in study.json and study.md, and the test split scores each
-    seed's baseline and chosen run once."""
+    """λ ∈ {0, 1} with 2 seeds and early stopping, the baseline itself a candidate: every candidate trains, the best
+    mean validation worst-group accuracy chooses (never below λ = 0's nor the baseline's; here the baseline wins),
+    the curve is in study.json and study.md, and the test split scores each seed's baseline and chosen run once."""
     calls, score = [], study_module.score_on_test
 
     def counted(model_file, *args, **kwargs):
@@ -89,7 +90,7 @@ def test_the_weight_and_the_guided_epochs_are_chosen_on_validation_and_only_the_
 
     monkeypatch.setattr(study_module, "score_on_test", counted)
     config = {**TINY, "seeds": 2, "annotated_fraction": [1.0], "grid": {"energy": {"weight": [0.0, 1.0]}},
-              "recipe": {**TINY["recipe"], "guided_epochs": 3, "patience": 1}}
+              "recipe": {**TINY["recipe"], "guided_epochs": 3, "patience": 1}, "baseline_candidate": True}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -103,21 +104,28 @@ def test_the_weight_and_the_guided_epochs_are_chosen_on_validation_and_only_the_
                for s in summaries.values())
     (selection,) = [s for s in results["selection"] if s["method"] == "energy"]
     curve = {p["setting"]: p for p in selection["curve"]}
+    assert list(curve) == ["baseline", "weight0", "weight1"]  # the baseline itself, not fine-tuned, first
     for w in (0, 1):
         assert curve[f"weight{w}"]["values"] == [summaries[(seed, w)]["best"]["score"] for seed in (0, 1)]
+    baselines = [json.loads((folder / f"seed-{seed}" / "baseline" / "summary.json").read_text()) for seed in (0, 1)]
+    assert curve["baseline"]["values"] == [b["best"]["score"] for b in baselines]
     chosen = selection["chosen"]
-    assert curve[chosen]["mean"] >= curve["weight0"]["mean"] and curve[chosen]["mean"] == max(
-        p["mean"] for p in curve.values())
-    assert sorted(calls) == sorted(["baseline", "baseline", f"energy-{chosen}-boxes1", f"energy-{chosen}-boxes1"])
+    assert curve[chosen]["mean"] >= max(curve["weight0"]["mean"], curve["baseline"]["mean"])
+    assert curve[chosen]["mean"] == max(p["mean"] for p in curve.values())
+    run = "baseline" if chosen == "baseline" else f"energy-{chosen}-boxes1"
+    assert sorted(calls) == sorted(["baseline", "baseline", *([] if run == "baseline" else [run, run])])
     for seed in (0, 1):
         for w in (0, 1):
             assert (folder / f"seed-{seed}" / f"energy-weight{w}-boxes1" / "test.json").is_file() == (
                 f"weight{w}" == chosen)
     records = [r for r in results["records"] if r["method"] == "energy"]
     assert [r["setting"] for r in records] == [chosen, chosen]
-    assert [r["epoch"] for r in records] == [
-        next(h["epoch"] for h in summaries[(seed, int(chosen[-1]))]["history"]
-             if h["step"] == summaries[(seed, int(chosen[-1]))]["best"]["step"]) for seed in (0, 1)]
+    exported = baselines if run == "baseline" else [summaries[(seed, int(chosen[-1]))] for seed in (0, 1)]
+    assert [r["epoch"] for r in records] == [next(h["epoch"] for h in s["history"] if h["step"] == s["best"]["step"])
+                                             for s in exported]
+    base = [r for r in results["records"] if r["method"] == "baseline"]
+    if run == "baseline":  # the cell reports the baseline's own runs: no gain, and the cell holds
+        assert [r["worst_group_accuracy"] for r in records] == [r["worst_group_accuracy"] for r in base]
     report = (tmp_path / "study.md").read_text()
     assert f"**{chosen}: {100 * curve[chosen]['mean']:.1f} ± " in report.split("## Chosen on validation")[1]
     (row,) = [r for r in results["rows"] if r["method"] == "energy"]

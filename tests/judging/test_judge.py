@@ -88,9 +88,12 @@ def test_the_opt_in_metrics_fill_their_columns(runs):
     opt_in = [name for name, metric in SUITE.items() if not metric.cheap]
     judgement = judge([JudgedModel("run", model, 32)], dataset, explanations(["bcos"], [None]), opt_in, images=2)
     assert set(judgement.columns) == {"insertion", "deletion", "faithfulness_correlation", "max_sensitivity",
-                                      "avg_sensitivity", "infidelity", "randomisation"}
+                                      "avg_sensitivity", "infidelity", "randomisation", "road_morf", "road_lerf",
+                                      "irof", "grid_pointing_game"}
     assert len(judgement.scores) == 2
-    assert all(math.isfinite(row[c]) for row in judgement.scores for c in judgement.columns)
+    # the grid pointing game needs confident images of four classes in a batch: NaN for these two (test_constructed)
+    assert all(math.isfinite(row[c]) for row in judgement.scores for c in judgement.columns
+               if c != "grid_pointing_game")
 
 
 def test_the_bootstrap_interval_leaves_out_nan_and_is_seeded():

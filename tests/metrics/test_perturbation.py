@@ -74,7 +74,7 @@ def test_batches_and_the_accumulating_metric():
     torch.testing.assert_close(out["least_first"], full.least_first.mean(0))
     torch.testing.assert_close(out["area"], full.area.mean())
     assert out["fractions"].tolist() == pytest.approx(removal_fractions(5).tolist())
-    with pytest.raises(ValueError, match=r"curves must both be \[N, 6\]"):
+    with pytest.raises(ValueError, match=r"most_first and least_first must both be \[N, 6\]"):
         metric.update(full.most_first[:, :3], full.least_first[:, :3])
 
 

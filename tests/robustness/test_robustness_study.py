@@ -62,27 +62,31 @@ def test_every_method_is_trained_selected_on_validation_and_scored(tiny_study):
 
 def test_every_grid_setting_trains_and_only_the_one_best_on_validation_is_reported(tiny_study):
     """Each candidate of the grid trains; the setting with the best validation worst-group accuracy (of the exported
-    checkpoint, mean over seeds) is chosen, and only its run is scored on the test split and reported."""
+    checkpoint, mean over seeds) is chosen, and only its run is scored on the test split and reported. ERM, which
+    the guided runs fine-tune, is a candidate of their cells (not of GroupDRO's, which trains from scratch)."""
     out, results = tiny_study
     folder = out / "corr0.75-diff0.5-data0-32px" / "seed-0"
     candidates = {"groupdro": {"step_size0.01": "groupdro-step_size0.01", "step_size1": "groupdro-step_size1"},
-                  "energy": {"weight0": "energy-weight0-boxes0.125", "weight1": "energy-weight1-boxes0.125"}}
+                  "energy": {"baseline": "baseline", "weight0": "energy-weight0-boxes0.125",
+                             "weight1": "energy-weight1-boxes0.125"}}
     selection = {r["method"]: r for r in results["selection"]}
     for method, runs in candidates.items():
         validation = {label: json.loads((folder / run / "summary.json").read_text())["best"]["score"]
                       for label, run in runs.items()}
         curve = {p["setting"]: p["mean"] for p in selection[method]["curve"]}
         assert curve == pytest.approx(validation) and selection[method]["metric"] == "worst_group_accuracy"
+        assert list(curve) == list(runs)  # in grid order, the baseline first
         chosen = max(validation, key=validation.__getitem__)
         assert selection[method]["chosen"] == chosen
-        assert [(folder / run / "test.json").is_file() for run in runs.values()] == [
-            label == chosen for label in runs]
+        assert [(folder / run / "test.json").is_file() for label, run in runs.items() if label != "baseline"] == [
+            label == chosen for label in runs if label != "baseline"]  # (the baseline is scored as ERM anyway)
         (record,) = [r for r in results["records"] if r["method"] == method]
         assert record["setting"] == chosen and record["validation"] == validation[chosen]
         (row,) = [r for r in results["rows"] if r["method"] == method]
-        assert (row["setting"], row["candidates"]) == (chosen, 2)
+        assert (row["setting"], row["candidates"]) == (chosen, len(runs))
     report = (out / "study.md").read_text()
-    assert f"| {selection['groupdro']['chosen']} (of 2) |" in report
+    assert f"| {selection['groupdro']['chosen']} (of 2) |" in report and f"| {selection['energy']['chosen']} (of 3) |" \
+        in report
     assert f"**{selection['energy']['chosen']}: " in report.split("## Chosen on validation")[1]
 
 

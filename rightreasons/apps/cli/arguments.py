@@ -1,6 +1,6 @@
 """Arguments shared by the command-line parsers: numbers checked for their range while the command line is parsed,
-the ``--resume [CHECKPOINT]``, ``--overwrite`` and ``--print-config`` options of the training commands, and the
-examples at the end of every command's ``--help``.
+the ``--resume [CHECKPOINT]``, ``--overwrite`` and ``--print-config`` options of the training commands, the
+``--regions`` of the commands that score localisation, and the examples at the end of every command's ``--help``.
 
 argparse calls a type with the argument's text; an :class:`argparse.ArgumentTypeError` becomes the usual one-line
 ``error: argument --NAME: ...`` with exit code 2, before any work starts. Without these, an out-of-range number either
@@ -11,7 +11,8 @@ silently became the default (``--image-size 0``).
 train --config C --resume optim.lr=1e-4`` that is a config override. :func:`resume_and_overrides` gives such a word
 (it holds ``=`` and names no file) back to the overrides.
 
-Imports nothing of rightreasons at import time, so that every command module can use it without loading torch.
+Imports nothing of rightreasons at import time but :mod:`rightreasons.choices` (which imports nothing), so that
+every command module can use it without loading torch.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import argparse
 import os
 from pathlib import Path
 
-__all__ = ["add_overwrite", "add_print_config", "add_resume", "examples", "max_threads", "non_negative_int",
-           "positive_int", "print_config", "resume_and_overrides", "thread_count", "torch_device", "unit_float"]
+from ...choices import REGION_NAMES
+
+__all__ = ["add_overwrite", "add_print_config", "add_regions", "add_resume", "examples", "max_threads",
+           "non_negative_int", "positive_int", "print_config", "resume_and_overrides", "thread_count", "torch_device",
+           "unit_float"]
 
 
 def examples(*commands: str) -> str:
@@ -35,6 +39,16 @@ def add_resume(parser: argparse.ArgumentParser) -> None:
                         help="continue from the newest intact checkpoint of output_dir (or the one given); starts "
                              "from the beginning when there is none yet, so one command line serves the first start "
                              "and every requeue")
+
+
+def add_regions(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """Add ``--regions`` (``args.regions``: a choice of :data:`rightreasons.choices.REGION_NAMES`, else ``default``;
+    ``None`` reads as the config's ``eval.regions``): what EPG, IoU and the other localisation metrics score against."""
+    parser.add_argument("--regions", choices=REGION_NAMES, default=default,
+                        help="what the localisation metrics score against: boxes, masks (the segmentation, its void "
+                             "pixels left out by EPG and IoU), points (discs of 15 px), masks-else-boxes or union "
+                             "(boxes, mask and discs) (default: " +
+                             ("the config's eval.regions, boxes unless set)" if default is None else f"{default})"))
 
 
 def add_overwrite(parser: argparse.ArgumentParser) -> None:

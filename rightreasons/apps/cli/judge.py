@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
-from .arguments import examples, non_negative_int, positive_int, torch_device
+from .arguments import add_regions, examples, non_negative_int, positive_int, torch_device
 
 if TYPE_CHECKING:  # torch and the judging are imported when the command runs, so that --help starts at once
     from ...data import AnnotatedDataset
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", default=None,
                    help="comma-separated metrics (default: the cheap ones, epg, iou, pointing_game, relevance_rank, "
                         "top_k, sparseness, complexity; opt-in: insertion_deletion, faithfulness_correlation, "
-                        "sensitivity, infidelity, randomisation)")
+                        "sensitivity, infidelity, randomisation, road, irof, grid_pointing_game)")
     p.add_argument("--images", type=positive_int, default=None, metavar="N",
                    help="judge the first N images of the split (default: all)")
     p.add_argument("--split", default=None, help="the split (default: test, or val for datasets without one)")
@@ -66,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="images per batch (default: 32)")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seeds the randomised metrics and the bootstrap (default: 0)")
+    add_regions(p, "boxes")
     p.add_argument("--device", type=torch_device, help="torch device (default: cuda when available, else cpu)")
     p.set_defaults(func=run)
 
@@ -115,10 +116,11 @@ def judge_runs(paths: Sequence[str | Path], out: str | Path, *, methods: Sequenc
                layers: Sequence[str | None] = (None,), metrics: str | None = None, images: int | None = None,
                split: str | None = None, dataset: str | None = None, root: str | None = None,
                options: dict[str, Any] | None = None, size: int | None = None, batch_size: int = 32,
-               device: str | None = None, seed: int = 0) -> dict[str, Path]:
+               device: str | None = None, seed: int = 0, regions: str = "boxes") -> dict[str, Path]:
     """What `rightreasons judge` does, for a notebook: judge the models at ``paths`` (module docstring) and write
     the report into ``out``; returns what → path (:data:`~rightreasons.judging.FILES`). ``metrics`` is a
-    comma-separated list (``None``: the cheap ones); ``methods`` ``None``: bcos for B-cos models, else ixg."""
+    comma-separated list (``None``: the cheap ones); ``methods`` ``None``: bcos for B-cos models, else ixg;
+    ``regions``: what the localisation metrics score against (boxes by default)."""
     import torch
 
     from ...fileio import writable_directory
@@ -135,7 +137,7 @@ def judge_runs(paths: Sequence[str | Path], out: str | Path, *, methods: Sequenc
     methods = methods or ["bcos" if all(capabilities(m.model).bcos for m in models) else "ixg"]
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     judgement = judge(models, data, explanations(methods, layers), names, images=images, batch_size=batch_size,
-                      device=device, seed=seed)
+                      device=device, seed=seed, regions=regions)
     return write_report(judgement, out, seed)
 
 
@@ -149,6 +151,6 @@ def run(args: argparse.Namespace) -> int:
     paths = judge_runs(args.models, args.out, methods=_listed(args.methods), layers=_listed(args.layers) or [None],
                        metrics=args.metrics, images=args.images, split=args.split, dataset=args.dataset,
                        root=args.root, options=apply_overrides({}, args.option), size=args.size,
-                       batch_size=args.batch_size, device=args.device, seed=args.seed)
+                       batch_size=args.batch_size, device=args.device, seed=args.seed, regions=args.regions)
     print("\n".join(str(p) for p in paths.values()))
     return 0

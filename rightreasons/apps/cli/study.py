@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("grid", type=Path, help="study file (e.g. configs/studies/guidance.yaml)")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs and the tables")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override a key of the study file (repeatable), e.g. seeds=1 recipe.guided_epochs=2")
+                   help="override a key of the study file, one --set per key, e.g. --set seeds=1 "
+                        "--set recipe.guided_epochs=2")
     p.add_argument("--dry-run", action="store_true", help="print what would be trained and exit")
     p.set_defaults(func=run)
 

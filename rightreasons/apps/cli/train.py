@@ -9,7 +9,9 @@ runs the same command and training uses all of them.
 ``evaluate`` scores what ``train``/``guide`` wrote: the run directory, its model file or one of its checkpoint
 directories. Without ``--config`` it reads the run's config from the run (``summary.json``, or a checkpoint's trainer
 state) and refuses a bare model file; ``--split`` defaults to the dataset's test split, or ``val`` where there is none
-(COCO 2014). The resolution is the one the model file records (``--size`` overrides it), else the config's.
+(COCO 2014). The resolution is the one the model file records (``--size`` overrides it), else the config's. EPG and
+IoU score against the config's ``eval.regions`` (boxes unless set, whatever the run was guided on); ``--regions masks``
+(or ``points``, ``masks-else-boxes``, ``union``) overrides it.
 
     rightreasons train --config configs/guidance/voc2007_baseline.yaml
     rightreasons guide --config configs/guidance/voc2007.yaml guidance.weight=5e-3 --resume
@@ -25,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import (add_overwrite, add_print_config, add_resume, examples, positive_int, print_config,
-                        resume_and_overrides)
+from .arguments import (add_overwrite, add_print_config, add_regions, add_resume, examples, positive_int,
+                        print_config, resume_and_overrides)
 
 if TYPE_CHECKING:  # the commands import torch, accelerate and the tasks when they run, so that --help starts at once
     from ...engine import TrainConfig
@@ -60,6 +62,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                        "subsampling, GroupDRO, JTT's up-weighting)")):
         p = subparsers.add_parser(name, help=help_text, epilog=examples(*EXAMPLES[name]))
         _add_common(p, config_required=True)
+        if name == "guide":
+            p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                           help="choose KEY among these values on validation (selection.grid; repeat for more keys): "
+                                "every candidate trains into OUTPUT_DIR/candidates, the chosen model is exported to "
+                                "OUTPUT_DIR, the starting model (model.checkpoint) a candidate too")
         add_resume(p)
         add_overwrite(p)
         p.set_defaults(func=run_train)
@@ -74,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=positive_int, default=None,
                    help="image size to evaluate at (default: the input size the model file records, else the "
                         "config's data.image_size)")
+    add_regions(p, None)
     p.add_argument("--out", type=Path, help="write the metrics here as JSON (default: print only)")
     p.set_defaults(func=run_evaluate)
 
@@ -85,13 +93,47 @@ def run_train(args: argparse.Namespace) -> int:
     from ..tasks import load_task_config
 
     resume, overrides = resume_and_overrides(args)
-    config = load_task_config(args.command, args.config, overrides)
+    grid = getattr(args, "grid", [])
+    config = load_task_config(args.command, args.config, overrides, _grid(grid) if grid else None)
     if args.print_config:
         return print_config(config)
-    summary = run(config, resume=resume, overwrite=args.overwrite)
+    selection = getattr(config, "selection", None)
+    if selection is not None and selection.grid:
+        from ...guidance.choosing import run_selection
+
+        if isinstance(resume, str):
+            raise UsageError(f"--resume {resume}: a run that chooses among candidates resumes each of them itself; "
+                             "pass --resume without a checkpoint")
+        summary = run_selection(config, resume=bool(resume), overwrite=args.overwrite)
+    else:
+        summary = run(config, resume=resume, overwrite=args.overwrite)
     if PartialState().is_main_process:
-        print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir}))
+        chosen = {"chosen": summary["selection"]["chosen"], "values": summary["selection"]["values"]} \
+            if "selection" in summary else {}
+        print(json.dumps({"best": summary["best"], "steps": summary["steps"], "output_dir": config.output_dir,
+                          **chosen}))
     return 0
+
+
+def _grid(items: list[str]) -> dict[str, list[object]]:
+    """``--grid KEY=V1,V2,...`` options as ``selection.grid`` (each value parsed as a YAML scalar, as overrides are);
+    a malformed one is a :class:`UsageError` naming it."""
+    import yaml
+
+    from ...config import read_yaml
+
+    grid: dict[str, list[object]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip() or not raw.strip():
+            raise UsageError(f"--grid {item!r} is not of the form KEY=V1,V2,... (e.g. guidance.weight=0,5,25)")
+        if key.strip() in grid:
+            raise UsageError(f"--grid {item!r}: {key.strip()} is given twice; list all its values in one --grid")
+        try:
+            grid[key.strip()] = [read_yaml(v) for v in raw.split(",")]
+        except (ValueError, yaml.YAMLError) as e:
+            raise UsageError(f"--grid {item!r}: a value is not a YAML scalar: {e}") from None
+    return grid
 
 
 def run_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, Path]:
@@ -128,7 +170,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return print_config(config)
     split = args.split or default_test_split(config.data.name)
     logger.info("evaluating %s on split %r of %s (config: %s)", args.checkpoint, split, config.data.name, source)
-    results = {"config": str(source), **score_checkpoint(config, args.checkpoint, split, image_size=args.size)}
+    results = {"config": str(source), **score_checkpoint(config, args.checkpoint, split, image_size=args.size,
+                                                                regions=args.regions)}
     text = json_text(results, str(args.out or "the results"))
     if args.out:
         write_text_atomic(args.out, text)

@@ -6,7 +6,8 @@ Each RUN_DIR is what training wrote (the run directory, its model file or a chec
 trained on one dataset. The page (one file, nothing fetched: it opens from the disk) shows the first `--images`
 images of `--split` (default: the dataset's test split, else val) with their boxes, each run's explanation of the true
 class beside it (the method and layer the run's config scores localisation with, B-cos explanations for B-cos models;
-`--method` / `--layer` override), its prediction and the image's EPG, the true labels and the group; it filters by
+`--method` / `--layer` override), its prediction and the image's EPG (against the boxes; `--regions masks` and the
+other choices of `eval.regions` score every run against those instead), the true labels and the group; it filters by
 class, group and correctness, sorts by a run's EPG or by the difference between two runs, and lists each run's
 metrics from its summary.json at the top (`rightreasons.viewer`). `--out` never replaces a run's own files.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from .arguments import examples, positive_int, torch_device
+from .arguments import add_regions, examples, positive_int, torch_device
 
 if TYPE_CHECKING:  # torch and the viewer are imported when the command runs, so that --help starts at once
     from ...viewer import ViewedRun
@@ -45,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", default=None,
                    help="layer the method explains (default: the run config's, or the method's default layer "
                         "with --method)")
+    add_regions(p, "boxes")
     p.add_argument("--device", type=torch_device, help="torch device (default: cuda when available, else cpu)")
     p.set_defaults(func=run)
 
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     runs = [load_run(path, label) for path, label in zip(args.run_dirs, run_labels(args.run_dirs))]
     split = args.split or default_test_split(runs[0].config.data.name)
-    view = collect_view(runs, split, args.images, args.method, args.layer, device=device)
+    view = collect_view(runs, split, args.images, args.method, args.layer, device=device, regions=args.regions)
     title = "rightreasons view: " + " vs ".join(run.label for run in runs)
     print(write_text_atomic(args.out, render_page(view, title)))
     return 0

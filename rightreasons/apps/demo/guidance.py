@@ -9,7 +9,9 @@ without a new best). The guided variants fine-tune the baseline's weights, as th
 with boxes on a fraction of the training images (the seed also draws which), once per λ of ``settings.weights``; λ = 0
 is the unguided fine-tuning of the same length (``unguided-boxes<share>``, shared by the variants of one box share).
 Per variant the λ with the best mean validation worst-group accuracy over the seeds is chosen
-(:func:`~rightreasons.engine.selection.choose`) and only its runs are scored on the test split. Results:
+(:func:`~rightreasons.engine.selection.choose`), the baseline itself (no fine-tuning) a candidate too, so that no
+variant hands back a model worse on validation than the one it started from (chosen ``baseline``: the variant's rows
+are the baseline's runs), and only the chosen runs are scored on the test split. Results:
 ``ctx.results["guidance"]`` (``selection``: every variant's validation curve) and ``ctx.models[name]``.
 """
 
@@ -24,7 +26,7 @@ from ...console import count
 from ...data import GROUP_NAMES
 from ...classification import TrainingRun
 from ...engine.grid import GridRun, read_summary, run_grid
-from ...engine.selection import Selection, candidates, choose, exported
+from ...engine.selection import START, Selection, candidates, choose, exported
 from ...metrics.evaluation import Evaluator, score_model
 from ...reporting import cell, markdown_table, summarize
 from .pipeline import DemoContext
@@ -125,7 +127,7 @@ def benchmark_checks(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
 def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], checks: list[dict[str, Any]],
              selection: dict[str, Selection]) -> str:
     s = ctx.settings
-    rows = [{"model": m, "λ": "" if m == "baseline" else selection[m].chosen.removeprefix("weight"),
+    rows = [{"model": m, "λ": "" if m == "baseline" else _chosen_weight(selection[m]),
              **{k: cell(summary[m][k]) for k in METRICS}} for m in s.models]
     variants = "; ".join(f"{v.name}: {v.loss}"
                          + (f", boxes dilated by {v.dilation:.0%}" if v.dilation else "")
@@ -143,19 +145,29 @@ def _section(ctx: DemoContext, summary: dict[str, dict[str, Any]], checks: list[
             f"the training images unless said otherwise ({variants}). Every training exports the checkpoint with the "
             "best worst-group accuracy on the group-balanced validation split; each variant's λ is chosen among "
             f"{{{', '.join(f'{w:g}' for w in s.weights)}}} by the best mean validation worst-group accuracy over the "
-            "seeds (λ = 0: fine-tuning without boxes, so a variant is never worse on validation than that); the test "
-            "split is only reported. Test split, in %:\n",
+            "seeds, the baseline itself (no fine-tuning, λ column `baseline`) a candidate too (λ = 0: fine-tuning "
+            "without boxes; a variant is never worse on validation than either); the test split is only reported. "
+            "Test split, in %:\n",
             markdown_table(rows, ["model", "λ", *METRICS], ["model", "λ", *HEADERS]),
             "\nEPG: share of the positive contributions (ground-truth class) inside the bird box; IoU of the "
             "binarised contribution map with the box. Worst group: the lowest of the four group accuracies.\n",
             "\nValidation worst-group accuracy (%, mean ± std over the seeds) per λ; bold: chosen:\n",
             *(f"- {name}: {choice.describe()}" for name, choice in selection.items()),
             "", ctx.benchmark(checks)]
-    unguided = [name for name, choice in selection.items() if float(choice.chosen.removeprefix("weight")) == 0]
+    unguided = [name for name, choice in selection.items() if _chosen_weight(choice) == "0"]
     if unguided:
         text.append(f"\nValidation chose λ = 0 for {', '.join(unguided)}: their rows and checks measure the "
                     "fine-tuning without boxes, not guidance.")
+    kept = [name for name, choice in selection.items() if choice.chosen == START]
+    if kept:
+        text.append(f"\nValidation chose the baseline itself for {', '.join(kept)}: no fine-tuning beat it there, so "
+                    "their rows are the baseline's.")
     return "\n".join(text)
+
+
+def _chosen_weight(choice: Selection) -> str:
+    """The λ a variant's selection chose (``"25"``), or :data:`~rightreasons.engine.selection.START`."""
+    return choice.chosen if choice.chosen == START else choice.chosen.removeprefix("weight")
 
 
 def train_and_evaluate(ctx: DemoContext) -> None:
@@ -172,23 +184,25 @@ def train_and_evaluate(ctx: DemoContext) -> None:
         seconds.update({f"seed-{seed}/{name.split(' ', 2)[2]}": round(o.seconds, 1) for name, o in trained.items()})
         baselines.append(baseline)
         grids.append(grid)
+    start = [exported(read_summary(baseline.output_dir))["validation"] for baseline in baselines]
     selection = {v.name: choose({label: [exported(read_summary(grid[v.name][label].output_dir))["validation"]
                                          for grid in grids] for label in grids[0][v.name]},
-                                s.recipe.select, v.name) for v in s.variants}
+                                s.recipe.select, v.name, start=start) for v in s.variants}
     runs: list[dict[str, dict[str, float]]] = []
     epochs: dict[str, list[Any]] = {v.name: [] for v in s.variants}
     tested: dict[Path, dict[str, float]] = {}  # a shared unguided run chosen by several variants is scored once
     ctx.models.update({m: [] for m in s.models})
     for seed, (baseline, grid) in enumerate(zip(baselines, grids)):
-        chosen = {"baseline": baseline, **{name: grid[name][selection[name].chosen] for name in selection}}
+        chosen = {"baseline": baseline, **{name: baseline if selection[name].chosen == START else
+                                           grid[name][selection[name].chosen] for name in selection}}
         metrics: dict[str, dict[str, float]] = {}
         for name, recipe in chosen.items():
             ctx.models[name].append(recipe.model_file)
             if recipe.model_file not in tested:
                 tested[recipe.model_file] = evaluate_model(recipe.model_file, ctx)
             metrics[name] = tested[recipe.model_file]
-            if name != "baseline":
-                epochs[name].append(exported(read_summary(recipe.output_dir))["epoch"])
+            if name != "baseline":  # guided epochs of the exported checkpoint; 0 where the baseline was kept
+                epochs[name].append(0 if recipe is baseline else exported(read_summary(recipe.output_dir))["epoch"])
             logger.info("seed %d %s: accuracy %.3f, worst group %.3f, EPG %.3f", seed, name,
                         metrics[name]["accuracy"], metrics[name]["worst_group_accuracy"], metrics[name]["epg"])
         runs.append(metrics)

@@ -89,14 +89,14 @@ def test_quick_demo_writes_report_figures_and_finite_results(tmp_path, capsys, m
     assert few["data"]["annotated_fraction"] == 0.01 and few["guidance"]["annotated_per_batch"] == 2
     for model in models[1:]:
         selection = guidance["selection"][model]
-        assert [p["setting"] for p in selection["curve"]] == ["weight0", "weight25"]
+        # the baseline itself (no fine-tuning) is a candidate, first: no variant is worse than it on validation
+        assert [p["setting"] for p in selection["curve"]] == ["baseline", "weight0", "weight25"]
         assert selection["chosen"] == max(selection["curve"], key=lambda p: p["mean"])["setting"]
-        chosen = seed / ("unguided-boxes" + ("0.01" if model == "energy-1pct" else "0.1")
-                         if selection["chosen"] == "weight0" else f"{model}-weight25")
+        unguided = "unguided-boxes" + ("0.01" if model == "energy-1pct" else "0.1")
+        chosen = seed / {"baseline": "baseline", "weight0": unguided}.get(selection["chosen"], f"{model}-weight25")
         assert guidance["model_files"][model] == [str(chosen / "model.safetensors")]
-        assert selection["curve"][0]["values"] == [
-            json.loads((seed / ("unguided-boxes0.01" if model == "energy-1pct" else "unguided-boxes0.1") /
-                        "summary.json").read_text())["best"]["score"]]
+        assert [p["values"] for p in selection["curve"][:2]] == [
+            [json.loads((seed / run / "summary.json").read_text())["best"]["score"]] for run in ("baseline", unguided)]
 
     distillation = results["distillation"]
     modes = ["kd", "e2kd", "e2kd_frozen"]
