@@ -83,10 +83,11 @@ def segmentation_masks(segmentations: Tensor | Sequence[Tensor | None] | None, t
 
 class RegionMasks(NamedTuple):
     """A batch's regions: ``inside [N, H, W]`` bool, the region of each (image, class), and ``void [N, H, W]`` bool,
-    the pixels counted neither inside nor outside (module docstring; never inside)."""
+    the pixels counted neither inside nor outside (module docstring; never inside), ``None`` where no region was
+    taken from a segmentation (boxes and points have no void: nothing to build on the host for them)."""
 
     inside: Tensor
-    void: Tensor
+    void: Tensor | None
 
 
 def region_masks(regions: str, targets: Tensor | Sequence[int], size: tuple[int, int], boxes: Sequence[Tensor],
@@ -118,16 +119,21 @@ def region_masks(regions: str, targets: Tensor | Sequence[int], size: tuple[int,
                                          radius, size)
         return made[name]
 
-    out = torch.zeros(len(targets), *size, dtype=torch.bool)
-    from_mask = torch.zeros(len(targets), dtype=torch.bool)  # the region was taken from a tier that reads the mask
+    out: Tensor | None = None
+    from_mask: Tensor | None = None  # the images whose region was taken from a tier that reads the mask
     for tier in tiers:
-        region = torch.stack([source(name) for name in tier]).any(0)
-        chosen = ~out.flatten(1).any(1) & region.flatten(1).any(1)
+        region = source(tier[0]) if len(tier) == 1 else torch.stack([source(name) for name in tier]).any(0)
+        if out is None:  # the first tier gives every image its region
+            out, chosen = region, None
+        else:            # a later one only the images still without one
+            chosen = ~out.flatten(1).any(1) & region.flatten(1).any(1)
+            out = torch.where(chosen[:, None, None], region, out)
         if "masks" in tier:
-            from_mask |= chosen
-        out = torch.where(chosen[:, None, None], region, out)
-    void = torch.zeros_like(out)
-    if segmentations is not None and bool(from_mask.any()):
+            taken = region.flatten(1).any(1) if chosen is None else chosen
+            from_mask = taken if from_mask is None else from_mask | taken
+    void = None
+    if segmentations is not None and from_mask is not None and bool(from_mask.any()):
+        void = torch.zeros_like(out)
         for n in from_mask.nonzero()[:, 0].tolist():
             if segmentations[n] is not None:
                 void[n] = (torch.as_tensor(segmentations[n]).as_subclass(Tensor).cpu() == VOID) & ~out[n]

@@ -77,6 +77,7 @@ step, write a checkpoint and stop with :class:`Preempted`; the command line exit
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -223,8 +224,29 @@ def _under(keys: tuple[str, ...]) -> tuple[str, ...]:
 
 def config_differences(saved: dict[str, Any], config: TrainConfig, may_change: tuple[str, ...] = ()) -> list[str]:
     """The keys (``key: saved != now``) in which ``config`` differs from the ``saved`` config dict of a checkpoint or
-    finished run, but for :data:`RESUMABLE_KEYS` and the keys ``may_change``."""
-    return [d for d in diff_configs(saved, to_dict(config)) if not d.startswith(_under(RESUMABLE_KEYS + may_change))]
+    finished run, but for :data:`RESUMABLE_KEYS`, the keys ``may_change`` and the options added since ``saved`` was
+    written that ``config`` leaves at their defaults (:func:`_added_at_default`)."""
+    return [d for d in diff_configs(saved, to_dict(config))
+            if not d.startswith(_under(RESUMABLE_KEYS + may_change)) and not _added_at_default(saved, config, d)]
+
+
+def _added_at_default(saved: dict[str, Any], config: TrainConfig, difference: str) -> bool:
+    """Whether the key of a :func:`~rightreasons.config.diff_configs` line is an option that ``saved`` does not record
+    (its section does) and that ``config`` holds at its field's default: an option added to the config after the run
+    was written (e.g. ``data.rotation``), whose default is the behaviour from before it existed — the rule every new
+    option follows — so the run was trained as ``config`` says. An option set to anything else is a difference."""
+    *sections, leaf = difference.split(":", 1)[0].split(".")
+    recorded: Any = saved
+    owner: Any = config
+    for name in sections:
+        recorded, owner = (recorded.get(name) if isinstance(recorded, dict) else None), getattr(owner, name, None)
+    if not isinstance(recorded, dict) or leaf in recorded or not dataclasses.is_dataclass(owner):
+        return False
+    field = next((f for f in dataclasses.fields(owner) if f.name == leaf), None)
+    if field is None or (field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING):
+        return False
+    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    return getattr(owner, leaf) == default
 
 
 def finished_summary(output_dir: str | Path, config: TrainConfig, extend: bool = False) -> dict[str, Any] | None:

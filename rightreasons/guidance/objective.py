@@ -205,7 +205,7 @@ class GuidanceObjective:
         none = not annotated.any()
         index = annotated.nonzero()[:, 0].to(device, non_blocking=True)
         classes, masks, annotated = (t.to(device, non_blocking=True) for t in (classes, masks, annotated))
-        void = void.to(device, non_blocking=True) if void.any() else None  # decided on the host: no void, no copy
+        void = None if void is None or not void.any() else void.to(device, non_blocking=True)  # decided on the host
         if none and (annotated_only or not synchronised_batch_norms(unwrap_model(model))):
             logits = model(images)
             return GuidanceOutput(loss=logits.new_zeros(() if self.reduction != "none" else (n,)), logits=logits,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..classification.config import EvalConfig
 from ..classification.recipe import RECIPE_CROP_SCALE, TrainingRun
@@ -18,12 +18,17 @@ from ..regions import POINT_RADIUS, REGIONS, RegionsName
 from .config import GuidanceConfig, GuideConfig
 
 __all__ = ["DATASET", "DATASET_REGIONS", "DataVariant", "GuidanceRecipe", "GuidedRun", "GuidedVariant", "SELECTABLE",
-           "check_weight_grid"]
+           "TEST_REGIONS", "check_weight_grid"]
 
 DATASET = "synthetic-birds"
 """The benchmark of the guidance study and the demo (:mod:`rightreasons.data.synthetic`)."""
-DATASET_REGIONS = ("boxes", "masks")
-"""The region sources its samples hold (a tight box and the object's mask per image; no points)."""
+DATASET_REGIONS = ("boxes", "masks", "points")
+"""The region sources its samples hold (a tight box, the object's mask and one click on the object per image,
+:mod:`rightreasons.data.synthetic.generate`); a method whose regions draw on none of them is refused."""
+TEST_REGIONS = ("boxes", "masks", "masks-else-boxes")
+"""The regions a study can score EPG and IoU against on the test split (:data:`rightreasons.regions.REGIONS` without
+points: a point's disc has no size but the radius one picks; the pointing game scores points)."""
+TestRegions = Literal[TEST_REGIONS]  # type: ignore[valid-type]
 SELECTABLE = ("score", "accuracy", "worst_group_accuracy")
 """The validation metrics a recipe can select checkpoints by (validation during a study scores classification only)."""
 
@@ -53,8 +58,8 @@ class GuidedVariant:
     """Box dilation, a fraction of the box size (`guidance.dilation`)."""
     regions: RegionsName = "boxes"
     """What the loss pushes the evidence into (`guidance.regions`): `boxes` (the tight box, grown by `dilation`),
-    `masks` (the object's pixels), `masks-else-boxes` or `union`; the benchmark holds boxes and masks but no points,
-    so `points` is refused (it would guide nothing)."""
+    `masks` (the object's pixels), `points` (a disc of `point_radius` around the one click per object),
+    `masks-else-boxes` or `union`."""
     point_radius: float = POINT_RADIUS
     """Radius of the disc a point becomes, pixels of the model input (`guidance.point_radius`)."""
     annotated_fraction: float | None = None
@@ -68,7 +73,7 @@ class GuidedVariant:
         expect(self.weight >= 0, "weight", self.weight, "a loss weight >= 0")
         expect(self.dilation >= 0, "dilation", self.dilation, "a fraction >= 0")
         expect(any(set(tier) & set(DATASET_REGIONS) for tier in REGIONS.get(self.regions, ())), "regions",
-               self.regions, f"regions that {DATASET} holds ({', '.join(DATASET_REGIONS)}); it has no points")
+               self.regions, f"regions that {DATASET} holds ({', '.join(DATASET_REGIONS)})")
         expect(self.point_radius >= 0, "point_radius", self.point_radius, "a radius >= 0 in pixels of the model input")
 
 
@@ -115,6 +120,11 @@ class GuidanceRecipe:
     """Images of the training and of the validation split each; null: the generator's default sizes."""
     test_images: int = 1000
     """Images of the test split, on which every exported model is scored once."""
+    test_regions: TestRegions = "boxes"
+    """What EPG and IoU on the test split score against (`boxes`: the tight boxes, undilated; `masks`: the objects'
+    pixels; `masks-else-boxes`), whatever region a method guides with. The scores of each run are kept in
+    `<run>/test.json` for boxes and `<run>/test-<regions>.json` otherwise, so scoring a finished study against other
+    regions trains nothing and replaces no earlier score."""
     select: str = "worst_group_accuracy"
     """The validation metric that chooses each training's exported checkpoint (`eval.select`)."""
     min_annotated_per_batch: int = 2

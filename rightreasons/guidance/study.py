@@ -17,8 +17,10 @@ all score below it on validation chooses ``baseline`` and reports the baseline's
 ``min_annotated_per_batch`` annotated images (``guidance.annotated_per_batch``), so that the boxes act at every step.
 
 The trainings run on the grid runner (:func:`~rightreasons.engine.grid.run_grid`) and each is scored once
-(``<run>/test.json`` beside its ``summary.json``), so an interrupted study resumes where it stopped; the tables are mean
-± sample std over the seeds, and the worst-group gain over the baseline is paired by seed.
+(``<run>/test.json`` beside its ``summary.json``; EPG and IoU against ``recipe.test_regions``, the boxes by default,
+``<run>/test-<regions>.json`` for other regions: :func:`test_scores_file`), so an interrupted study resumes where it
+stopped; the tables are mean ± sample std over the seeds, and the worst-group gain over the baseline is paired by
+seed.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ..plotting import figure
 from ..reporting import cell, markdown_table, statistic, write_csv
 from .recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant, check_weight_grid
 
-__all__ = ["CELL", "GuidanceStudy", "TEST_METRICS", "baseline_of", "run_study", "score_on_test"]
+__all__ = ["CELL", "GuidanceStudy", "TEST_METRICS", "baseline_of", "run_study", "score_on_test", "test_scores_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +60,21 @@ CELL = (*asdict(DataVariant()), "method", "fraction")
 
 
 def score_on_test(model_file: str | Path, dataset: AnnotatedDataset, image_size: int,
-                 device: torch.device | str = "cpu", batch_size: int = 64) -> dict[str, float]:
+                 device: torch.device | str = "cpu", batch_size: int = 64, regions: str = "boxes") -> dict[str, float]:
     """Accuracy, worst-group and per-group accuracy (``accuracy/<group name>``), and EPG / IoU of B-cos contributions
-    at the input for the ground-truth class, of a model file on ``dataset``
+    at the input for the ground-truth class against ``regions`` (default the boxes;
+    :data:`~rightreasons.guidance.recipe.TEST_REGIONS`), of a model file on ``dataset``
     (:func:`~rightreasons.metrics.evaluation.score_model` at ``image_size``)."""
     r = score_model(model_file, dataset, image_size=image_size, method="bcos", layer="input", batch_size=batch_size,
-                    device=device)
+                    device=device, regions=regions)
     keys = [*TEST_METRICS, *(f"accuracy/{name}" for name in dataset.group_names)]
     return {k: float(r[k]) for k in keys}
+
+
+def test_scores_file(run_dir: str | Path, regions: str = "boxes") -> Path:
+    """Where a study keeps the test scores of the run in ``run_dir`` with EPG and IoU against ``regions``:
+    ``test.json`` for the boxes, ``test-<regions>.json`` otherwise."""
+    return Path(run_dir) / ("test.json" if regions == "boxes" else f"test-{regions}.json")
 
 
 @dataclass
@@ -190,11 +199,15 @@ def baseline_of(runs: Sequence[tuple[GridRun, dict[str, Any]]],
     return lambda f: baselines[(*(f[k] for k in variant), f["seed"])] if f["method"] in guided else None
 
 
-def _scored(run_dir: Path, score: Callable[[Path], dict[str, float]]) -> dict[str, float]:
-    """The test metrics of the finished run in ``run_dir``, read from ``test.json`` or scored and written there."""
-    result = run_dir / "test.json"
+def _scored(run_dir: Path, score: Callable[[Path], dict[str, float]], regions: str) -> dict[str, float]:
+    """The test metrics of the finished run in ``run_dir`` with EPG and IoU against ``regions``, read from
+    :func:`test_scores_file` or scored and written there (also where that file lacks one of :data:`TEST_METRICS`:
+    written by hand, e.g. EPG alone)."""
+    result = test_scores_file(run_dir, regions)
     if result.is_file():
-        return json.loads(result.read_text())
+        kept = json.loads(result.read_text())
+        if isinstance(kept, dict) and set(TEST_METRICS) <= set(kept):
+            return kept
     metrics = score(run_dir / RUN_MODEL_FILE)
     write_json_atomic(result, metrics)
     return metrics
@@ -221,7 +234,8 @@ def run_study(study: GuidanceStudy, out: str | Path, device: torch.device | str 
         if variant not in test_sets:
             test_sets[variant] = load_dataset(DATASET, None, "test", **recipe.data_options(variant, "test"))
         metrics = _scored(grid_run.output_dir, lambda model_file: score_on_test(
-            model_file, test_sets[variant], variant.image_size, device, recipe.batch_size))
+            model_file, test_sets[variant], variant.image_size, device, recipe.batch_size, recipe.test_regions),
+            recipe.test_regions)
         records.append({**fields, **metrics})
         logger.info("[%d/%d] %s: worst group %.3f", k, len(chosen), grid_run.name, metrics["worst_group_accuracy"])
     rows = summarize_study(records, choices)
@@ -262,6 +276,7 @@ def summarize_study(records: Sequence[dict[str, Any]],
 def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
     """The study's table: per variant, method and fraction, test metrics in % and the worst-group gain in p.p."""
     r = study.recipe
+    against = "" if r.test_regions == "boxes" else f" ({r.test_regions})"
     table = [{"correlation": row["correlation"], "difficulty": row["difficulty"], "data seed": row["data_seed"],
               "size": row["image_size"], "method": row["method"],
               "boxes": "" if row["fraction"] is None else f"{100 * row['fraction']:g} %",
@@ -269,9 +284,10 @@ def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
               "epochs": f"{row['epoch']['mean']:.1f}",
               f"val. {r.select}": cell(row["validation"]), "worst group": cell(row["worst_group_accuracy"]),
               "gain (p.p.)": "" if row["method"] == "baseline" else cell(row["gain"], signed=True),
-              "overall": cell(row["accuracy"]), "EPG": cell(row["epg"]), "IoU": cell(row["iou"])} for row in rows]
+              "overall": cell(row["accuracy"]), f"EPG{against}": cell(row["epg"]), f"IoU{against}": cell(row["iou"])}
+             for row in rows]
     columns = ["correlation", "difficulty", "data seed", "size", "method", "boxes", "setting", "epochs",
-               f"val. {r.select}", "worst group", "gain (p.p.)", "overall", "EPG", "IoU"]
+               f"val. {r.select}", "worst group", "gain (p.p.)", "overall", f"EPG{against}", f"IoU{against}"]
     methods = "; ".join(f"{m.name}: {m.loss}, λ = {m.weight:g}" + (f", boxes dilated by {m.dilation:.0%}"
                                                                    if m.dilation else "") for m in study.methods)
     grid = "; ".join(f"{name}: " + ", ".join(f"{key} ∈ {{{', '.join(f'{v:g}' for v in values)}}}"
@@ -293,7 +309,8 @@ def study_markdown(study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> str:
                     "fine-tuning beat it)" if study.baseline_candidate else "") +
         f"; epochs: mean epoch of the exported checkpoints; val. {r.select}: the validation score that chose; "
         "the other columns: test split, %, mean ± std over seeds; gain = worst-group accuracy minus that of the same "
-        "seed's baseline.\n",
+        f"seed's baseline; EPG and IoU of B-cos contributions at the input against the {r.test_regions} "
+        "(`recipe.test_regions`).\n",
         markdown_table(table, columns), "\n## Where guidance helps\n",
         "Per guided method and box share over the data variants: the cells where the validation-chosen model's mean "
         "test worst-group accuracy is at least the baseline's minus 1 p.p., and the cells' mean gain (p.p.; "

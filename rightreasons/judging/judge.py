@@ -103,7 +103,7 @@ def judge(models: Sequence[JudgedModel], dataset: AnnotatedDataset, pairs: Seque
                     masks, void = batch_regions(regions, batch, targets, point_radius)
                     targets = targets.to(device)
                     scored = Scored(model, x, targets, run_attribution(fn, model, x, targets), masks.to(device), fn,
-                                    output, generator, void.to(device) if void.any() else None)
+                                    output, generator, None if void is None else void.to(device))
                     values = {c: v.detach().cpu() for name in metrics for c, v in SUITE[name].score(scored).items()}
                     scores += [{"model": judged.label, "method": method, "layer": layer, "image": str(image_id),
                                 **{c: v[i].item() for c, v in values.items()}}

@@ -60,9 +60,9 @@ class Regions:
 
 
 def _pairs(labels: Tensor, boxes: Sequence[Tensor], box_labels: Sequence[Tensor], size: tuple[int, int],
-           regions: Regions) -> tuple[list[tuple[int, int]], Tensor, Tensor]:
+           regions: Regions) -> tuple[list[tuple[int, int]], Tensor, Tensor | None]:
     """The (image, class) pairs of every positive label with a non-empty region, their regions and their void pixels
-    ``[P, H, W]``."""
+    ``[P, H, W]`` (``None``: none)."""
     candidates = labels.nonzero().tolist()
     rows = [i for i, _ in candidates]
 
@@ -72,7 +72,8 @@ def _pairs(labels: Tensor, boxes: Sequence[Tensor], box_labels: Sequence[Tensor]
     masks, void = region_masks(regions.regions, [k for _, k in candidates], size, of(boxes), of(box_labels),
                                of(regions.mask), of(regions.points), of(regions.point_labels), regions.point_radius)
     kept = masks.flatten(1).any(1)
-    return [pair for pair, keep in zip(candidates, kept.tolist()) if keep], masks[kept], void[kept]
+    return [pair for pair, keep in zip(candidates, kept.tolist()) if keep], masks[kept], \
+        None if void is None else void[kept]
 
 
 def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: Sequence[Tensor],
@@ -102,7 +103,7 @@ def localization_pairs(model: nn.Module, images: Tensor, labels: Tensor, boxes: 
     if batch_size < 1:
         raise ValueError(f"localization_pairs: batch_size must be >= 1, got {batch_size}")
     pairs, regions_of_pairs, void = _pairs(labels.cpu(), boxes, box_labels, (height, width), regions or Regions())
-    has_void = void.flatten(1).any(1).tolist()  # on the host: which chunks carry a void
+    has_void = [False] * len(pairs) if void is None else void.flatten(1).any(1).tolist()  # which chunks carry one
     device = images.device
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]

@@ -48,7 +48,7 @@ from ..engine.selection import Selection, candidates, check_grid, choose_cells, 
 from ..errors import ConfigError
 from ..fileio import writable_directory, write_json_atomic, write_text_atomic
 from ..guidance.recipe import DATASET, DataVariant, GuidanceRecipe, GuidedVariant, check_weight_grid
-from ..guidance.study import CELL, baseline_of, score_on_test
+from ..guidance.study import CELL, baseline_of, score_on_test, test_scores_file
 from ..models.weights import RUN_MODEL_FILE
 from ..plotting import figure
 from ..reporting import cell, markdown_table, statistic, write_csv
@@ -247,8 +247,8 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
         counts = group_counts(train.groups, len(train.group_names))
         robust = next((m for m in study.robust if m.name == fields["method"]), None)
         run_dir = grid_run.output_dir
-        scores = _cached(run_dir / "test.json", lambda: score_on_test(
-            run_dir / RUN_MODEL_FILE, test, variant.image_size, device, recipe.batch_size))
+        scores = _cached(test_scores_file(run_dir, recipe.test_regions), lambda: score_on_test(
+            run_dir / RUN_MODEL_FILE, test, variant.image_size, device, recipe.batch_size, recipe.test_regions))
         base = {**fields, "boxes": round((fields["fraction"] or 0) * len(train)),
                 "group_labels": robust.group_labels(len(train)) if robust else 0}
         records.append({**base, **{k: scores[k] for k in ("accuracy", "worst_group_accuracy", "epg")},
@@ -306,15 +306,16 @@ def summarize(records: Sequence[dict[str, Any]],
 def study_markdown(study: RobustnessStudy, rows: Sequence[dict[str, Any]]) -> str:
     """The study's table: test metrics in % (mean ± std over seeds) and the annotation cost of every method."""
     r = study.recipe
+    epg = "EPG" if r.test_regions == "boxes" else f"EPG ({r.test_regions})"  # what recipe.test_regions scored against
     table = [{"correlation": row["correlation"], "difficulty": row["difficulty"], "size": row["image_size"],
               "method": row["method"], "boxes": "" if row["fraction"] is None else f"{100 * row['fraction']:g} %",
               "setting": row["setting"] + (f" (of {row['candidates']})" if row["candidates"] > 1 else ""),
               "worst group": cell(row["worst_group_accuracy"]), "mean": cell(row["accuracy"]),
               "train-weighted": cell(row["weighted_accuracy"]),
-              "EPG": "n/a" if row["epg"] is None else cell(row["epg"]), "group labels": row["group_labels"],
+              epg: "n/a" if row["epg"] is None else cell(row["epg"]), "group labels": row["group_labels"],
               "box images": row["boxes"], f"val. {r.select}": cell(row["validation"])} for row in rows]
     columns = ["correlation", "difficulty", "size", "method", "boxes", "setting", "worst group", "mean",
-               "train-weighted", "EPG", "group labels", "box images", f"val. {r.select}"]
+               "train-weighted", epg, "group labels", "box images", f"val. {r.select}"]
     grid = "; ".join(f"{name}: " + ", ".join(f"{key} ∈ {{{', '.join(f'{v:g}' for v in values)}}}"
                                              for key, values in axes.items()) for name, axes in study.grid.items())
     trainings, fits = study.dry_run()

@@ -52,6 +52,37 @@ def test_boxes_are_tight_around_the_object_pixels():
                 assert not (obj & ~inside).any()
 
 
+@pytest.mark.parametrize("task, size, difficulty", [("birds", 32, 0.5), ("birds", 32, 1.0), ("birds", 64, 0.0),
+                                                    ("multilabel", 48, 0.8)])
+def test_every_object_has_one_point_on_its_own_pixels_near_its_centre(task, size, difficulty):
+    """One click per object, labelled as its box: the pixel ``(⌊x⌋, ⌊y⌋)`` of the point is one of the object's
+    (also for the multi-label ring and cross, whose centroid may be off the object), at the pixel centre, and no other
+    object pixel is nearer the centroid of the object's pixel centres."""
+    data = generate(task, "train", 40, SyntheticConfig(size=size, difficulty=difficulty, seed=2))
+    rings = 0
+    for i in range(40):
+        points, point_labels = data.records.points_of(i)
+        boxes, box_labels = data.records.boxes_of(i)
+        assert point_labels.tolist() == box_labels.tolist() and points.shape == (len(boxes), 2)
+        for (x, y), k in zip(points.tolist(), point_labels.tolist()):
+            obj = data.masks[i] == k + 1
+            assert x % 1 == 0.5 and y % 1 == 0.5 and obj[int(y), int(x)], (i, x, y)
+            ys, xs = torch.nonzero(obj, as_tuple=True)
+            cx, cy = xs.float().mean() + 0.5, ys.float().mean() + 0.5
+            nearest = ((xs + 0.5 - cx) ** 2 + (ys + 0.5 - cy) ** 2).min()
+            assert (x - cx) ** 2 + (y - cy) ** 2 == pytest.approx(float(nearest), abs=1e-4)
+            rings += SHAPES[k] == "ring" and not bool(obj[int(cy), int(cx)])  # its centroid off the object
+    assert task == "birds" or rings > 0  # the case the rule is for was drawn
+
+
+def test_points_are_deterministic_by_data_seed():
+    a, b = (generate("birds", "train", 60, SyntheticConfig(size=32, seed=7)) for _ in range(2))
+    c = generate("birds", "train", 60, SyntheticConfig(size=32, seed=8))
+    assert np.array_equal(a.records.points, b.records.points) and len(a.records.points) == 60
+    assert np.array_equal(a.records.point_labels, b.records.point_labels)
+    assert not np.array_equal(a.records.points, c.records.points)
+
+
 def test_object_pixels_differ_from_the_background_without_colour():
     data = generate("birds", "test", 16, SyntheticConfig(difficulty=0.0))
     grey = data.images.float().mean(1)
@@ -87,7 +118,7 @@ def test_written_format_reads_back_identically(tmp_path):
     assert len(disk) == len(memory) == 6
     for i in range(6):
         a, b = disk[i], memory[i]
-        for key in ("image", "labels", "boxes", "box_labels", "mask"):
+        for key in ("image", "labels", "boxes", "box_labels", "mask", "points", "point_labels"):
             assert torch.equal(a[key], b[key]), key
         assert a["group"] == b["group"] and a["id"] == b["id"]
     assert disk.group_names == memory.group_names == ("G1 landbird/land", "G2 landbird/water", "G3 waterbird/land",
@@ -98,6 +129,26 @@ def test_written_format_reads_back_identically(tmp_path):
         load_dataset("synthetic-birds", tmp_path / "birds", "val")
     with pytest.raises(DataError, match="holds 'synthetic-birds', not 'synthetic-multilabel'"):
         load_dataset("synthetic-multilabel", tmp_path / "birds", "test")
+
+
+def test_an_index_of_version_1_reads_without_points_and_unknown_versions_are_refused(tmp_path):
+    """Version 2 added the points; a dataset written before (version 1, records without points) still loads, as a
+    dataset without points; an index of a version this library does not know is one error naming it."""
+    path = write_synthetic(tmp_path, "synthetic-birds", SyntheticConfig(size=32, sizes={"test": 4}), splits=("test",))
+    index = json.loads(path.read_text())
+    assert index["version"] == 2 and index["splits"]["test"][0]["points"] and index["splits"]["test"][0]["point_labels"]
+    for record in index["splits"]["test"]:
+        del record["points"], record["point_labels"]
+    path.write_text(json.dumps({**index, "version": 1}))
+    old = load_dataset("synthetic-birds", tmp_path, "test")
+    assert old.records.points is None and "points" not in old[0] and old[0]["boxes"].shape == (1, 4)
+    with pytest.raises(DataError, match=r"splits\.test\[0\]: malformed record \(KeyError: 'points'\)"):
+        path.write_text(json.dumps(index))  # version 2 without points
+        load_dataset("synthetic-birds", tmp_path, "test")
+    path.write_text(json.dumps({**index, "version": 3}))
+    with pytest.raises(DataError, match=r"index of version 3; this version of rightreasons reads versions 1, 2 "
+                                        r"\(write the data again"):
+        load_dataset("synthetic-birds", tmp_path, "test")
 
 
 def test_groups_are_named_by_what_they_mean_and_grouped_metrics_use_the_names():

@@ -47,3 +47,26 @@ def test_a_finished_run_of_another_config_is_refused_never_reused(tmp_path):
         run_grid([_run(tmp_path, "run", lr=1e-2)], lambda run, resume: pytest.fail("trained again"))
     assert run_grid([_run(tmp_path, "run", lr=1e-3)], lambda run, resume: pytest.fail("trained again"))[
         "run"].status == "skipped"
+
+
+def test_a_run_written_before_an_option_existed_is_kept_while_the_option_stays_at_its_default(tmp_path):
+    """A finished run whose recorded config lacks an option added since (``data.rotation``: the regions study's 114
+    runs were refused for it) was trained as that option's default says, so it is kept; with the option set to
+    anything else, or with a key the record holds at another value, it is refused, naming the key."""
+    from dataclasses import replace
+
+    run = _run(tmp_path, "run")
+    _finish(run)
+    summary = run.output_dir / "summary.json"
+    recorded = json.loads(summary.read_text())
+    del recorded["config"]["data"]["rotation"]
+    summary.write_text(json.dumps(recorded))
+    never = lambda run, resume: pytest.fail("trained again")  # noqa: E731
+    assert run_grid([run], never)["run"].status == "skipped"
+    rotated = GridRun("run", replace(run.config, data=replace(run.config.data, rotation=10.0)))
+    with pytest.raises(TrainingError, match=r"another config \(data\.rotation: None != 10\.0\)"):
+        run_grid([rotated], never)
+    del recorded["config"]["optim"]  # a whole section missing is not an option added at its default
+    summary.write_text(json.dumps(recorded))
+    with pytest.raises(TrainingError, match=r"another config \(optim: None != \{"):
+        run_grid([run], never)

@@ -41,7 +41,8 @@ STUDY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_
                     "train_images": 24, "test_images": 16, "min_annotated_per_batch": 2},
          "seeds": 1, "correlation": [1.0], "difficulty": [0.5], "image_size": [32], "annotated_fraction": [1.0],
          "methods": [{"name": "boxes", "loss": "energy", "weight": 5.0},
-                     {"name": "masks", "loss": "energy", "weight": 5.0, "regions": "masks", "point_radius": 3.0}]}
+                     {"name": "masks", "loss": "energy", "weight": 5.0, "regions": "masks", "point_radius": 3.0},
+                     {"name": "points", "loss": "energy", "weight": 5.0, "regions": "points", "point_radius": 4.0}]}
 
 
 def test_a_study_method_guides_its_fine_tuning_with_the_regions_it_names(tmp_path):
@@ -70,19 +71,55 @@ def test_a_study_method_guides_its_fine_tuning_with_the_regions_it_names(tmp_pat
     assert any(not torch.equal(weights["boxes"][k], weights["masks"][k]) for k in weights["boxes"])
 
 
+def test_a_study_method_guides_with_points_on_synthetic_birds_and_its_regions_are_never_empty(tmp_path):
+    """synthetic-birds draws one click per object, so ``regions: points`` guides: every training image's region is a
+    disc on its object (never empty, never the whole box), the fine-tuning's localisation term is positive at every
+    logged step (an image without a region adds 0 to it) and it learns other weights than box or mask guidance."""
+    from safetensors.torch import load_file
+
+    from rightreasons.config import from_dict
+    from rightreasons.data import collate, eval_transform, load_dataset
+    from rightreasons.guidance.study import GuidanceStudy, run_study
+    from rightreasons.regions import batch_regions
+
+    train = load_dataset("synthetic-birds", None, "train", n=24, size=32, seed=0, difficulty=0.5, correlation=1.0,
+                         transform=eval_transform(32, crop_fraction=1.0, encoding="none"))
+    batch = collate([train[i] for i in range(len(train))])
+    discs = batch_regions("points", batch, batch["labels"].argmax(1), radius=4.0).inside
+    on_object = torch.stack([m == k + 1 for m, k in zip(batch["mask"], batch["labels"].argmax(1))])
+    area = discs.flatten(1).sum(1)
+    assert (area >= 13).all() and (area < on_object.flatten(1).sum(1) + 30).all()
+    assert (discs & on_object).flatten(1).sum(1).float().div(area).mean() > 0.9  # nearly all on the object
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_study(from_dict(GuidanceStudy, STUDY), tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    run = tmp_path / "corr1-diff0.5-data0-32px" / "seed-0" / "points-boxes1"
+    config = json.loads((run / "summary.json").read_text())["config"]
+    assert config["guidance"]["regions"] == "points" and config["guidance"]["point_radius"] == 4.0
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in logged if r["split"] == "train"]
+    assert steps and all(r["localization"] > 0 for r in steps)
+    weights = {name: load_file(run.parent / f"{name}-boxes1" / "model.safetensors") for name in ("boxes", "masks",
+                                                                                               "points")}
+    for other in ("boxes", "masks"):
+        assert any(not torch.equal(weights["points"][k], weights[other][k]) for k in weights["points"])
+
+
 @pytest.mark.parametrize("method, named", [
     ({"regions": "discs"}, r"methods\[0\]\.regions: 'discs' is not one of 'boxes' \| 'masks'"),
-    ({"regions": "points"}, r"methods\[0\]\.regions: expected regions that synthetic-birds holds \(boxes, masks\); "
-                            r"it has no points, got 'points'"),
     ({"point_radius": -1.0}, r"methods\[0\]\.point_radius: expected a radius >= 0"),
 ])
 def test_a_study_method_refuses_regions_it_cannot_guide_with(method, named):
-    """A region kind that is not one, or one the study's data cannot give (synthetic-birds has no points: a
-    ``regions: points`` method would train without any guidance), is refused before any training, named by key."""
+    """A region kind that is not one, or a negative point radius, is refused before any training, named by key;
+    every kind synthetic-birds holds (boxes, masks and, since it draws one click per object, points) is taken."""
     from rightreasons.config import from_dict
     from rightreasons.guidance.study import GuidanceStudy
 
     with pytest.raises(ConfigError, match=named):
         from_dict(GuidanceStudy, {**STUDY, "methods": [{"name": "m", "loss": "energy", "weight": 1.0, **method}]})
-    assert from_dict(GuidanceStudy, {**STUDY, "methods": [{"name": "m", "loss": "energy", "weight": 1.0,
-                                                           "regions": "union"}]}).methods[0].regions == "union"
+    for regions in ("union", "points"):
+        assert from_dict(GuidanceStudy, {**STUDY, "methods": [{"name": "m", "loss": "energy", "weight": 1.0,
+                                                               "regions": regions}]}).methods[0].regions == regions

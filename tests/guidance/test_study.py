@@ -145,6 +145,40 @@ def test_an_interrupted_study_resumes_without_retraining(tiny_study, monkeypatch
     assert again["records"] == results["records"]
 
 
+def test_the_test_split_can_be_scored_against_the_masks_of_a_finished_study_without_training(tmp_path, monkeypatch):
+    """``recipe.test_regions: masks`` scores EPG and IoU of the same chosen runs against the objects' pixels: nothing
+    trains, the scores are those of ``score_model(..., regions="masks")`` and go to ``test-masks.json`` beside the
+    boxes' ``test.json`` (untouched); a hand-written ``test-masks.json`` lacking metrics is scored again; the table
+    says what it scored against. Regions made of points alone are refused, named by key."""
+    from rightreasons.data import load_dataset
+    from rightreasons.metrics.evaluation import score_model
+
+    out = tmp_path / "study"
+    boxes = run_tiny_study(out)["records"]
+    run = out / "corr1-diff0.5-data0-32px" / "seed-0" / "energy-boxes1"
+    before = (run / "test.json").read_text()
+    (run / "test-masks.json").write_text('{"epg": 0.5}')  # e.g. an earlier ad hoc score: EPG alone
+    monkeypatch.setattr(grid_module, "run", lambda config, resume: pytest.fail(f"retrained {config.output_dir}"))
+    config = {**TINY, "recipe": {**TINY["recipe"], "test_regions": "masks"}}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        masks = run_study(from_dict(GuidanceStudy, config), out)["records"]
+        test = load_dataset("synthetic-birds", None, "test", n=16, size=32, seed=0, difficulty=0.5, correlation=1.0)
+        direct = score_model(run / "model.safetensors", test, image_size=32, method="bcos", regions="masks",
+                             batch_size=8)
+    finally:
+        torch.set_num_threads(threads)
+    assert (run / "test.json").read_text() == before
+    scored = json.loads((run / "test-masks.json").read_text())
+    assert scored["epg"] == pytest.approx(float(direct["epg"])) and scored["iou"] == pytest.approx(float(direct["iou"]))
+    assert [(r["method"], r["accuracy"]) for r in masks] == [(r["method"], r["accuracy"]) for r in boxes]
+    assert all(m["epg"] != b["epg"] for m, b in zip(masks, boxes))  # the masks are smaller than the boxes
+    assert "| EPG (masks) | IoU (masks) |" in (out / "study.md").read_text()
+    with pytest.raises(ConfigError, match=r"recipe\.test_regions: 'points' is not one of 'boxes' \| 'masks'"):
+        from_dict(GuidanceStudy, {**TINY, "recipe": {**TINY["recipe"], "test_regions": "points"}})
+
+
 def test_a_training_killed_before_it_finished_resumes_from_its_checkpoint(tmp_path):
     """A study stopped inside a training leaves checkpoints but no model file: the next start continues that
     training (it used to stop with 'already holds checkpoints; pass --resume') and scores the same weights."""

@@ -32,7 +32,7 @@ def test_a_voc_segmentation_png_gives_its_boundary_as_void_for_mask_regions_only
     assert torch.equal(torch.as_tensor(batch["mask"][0]), torch.from_numpy(seg))  # read as written: 255 kept
     inside, void = batch_regions("masks", batch, torch.tensor([0]))
     assert torch.equal(inside[0], torch.from_numpy(seg == 1)) and torch.equal(void[0], torch.from_numpy(seg == 255))
-    assert not batch_regions("boxes", batch, torch.tensor([0])).void.any()  # boxes: no segmentation, no void
+    assert batch_regions("boxes", batch, torch.tensor([0])).void is None  # boxes: no segmentation, no void
     assert torch.equal(batch_regions("masks-else-boxes", batch, torch.tensor([0])).void, void)
     union = batch_regions("union", batch, torch.tensor([0]))  # the box (VOC's 1-based 3..9 x 3..8) covers the ring
     assert torch.equal(union.void[0], torch.from_numpy(seg == 255) & ~union.inside[0])
@@ -47,7 +47,7 @@ def test_masks_else_boxes_has_no_void_where_the_boxes_were_used():
     # class 1 has mask pixels (the corner): its void is the ring; class 0 of image 1 too: both from the mask
     assert made.void[0].sum() == made.void[1].sum() == int((seg == 255).sum())
     made = region_masks("masks-else-boxes", [1], (H, W), [box], [torch.tensor([1])], [torch.zeros_like(seg)])
-    assert not made.void.any() and made.inside.sum() == 16  # no mask pixel of the class: its box, no void
+    assert made.void is None and made.inside.sum() == 16  # no mask pixel of the class: its box, no void
 
 
 def test_epg_and_iou_leave_the_void_out_of_both_sides():

@@ -11,8 +11,8 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["EXTENT", "SHAPES", "backgrounds", "composite", "draw_objects", "finish", "hsv_to_rgb", "object_colours",
-           "place_quadrants", "tight_boxes", "uniform"]
+__all__ = ["EXTENT", "SHAPES", "backgrounds", "click_points", "composite", "draw_objects", "finish", "hsv_to_rgb",
+           "object_colours", "place_quadrants", "tight_boxes", "uniform"]
 
 SHAPES = ("disc", "triangle", "square", "cross", "ring", "bar")
 
@@ -95,6 +95,20 @@ def tight_boxes(masks: Tensor) -> Tensor:
     y1 = rows.float().argmax(dim=1)
     y2 = size - rows.flip(1).float().argmax(dim=1)
     return torch.stack([x1, y1, x2, y2], dim=1).float()
+
+
+def click_points(masks: Tensor) -> Tensor:
+    """XY points ``[n, 2]``, one click per non-empty mask ``[n, S, S]``: the centre of the object pixel nearest the
+    centroid of the object's pixel centres (ties: the first in row-major order). Always on the object, also where the
+    centroid is not (a ring's centre); a deterministic function of the mask."""
+    size = masks.shape[-1]
+    centres = torch.arange(size, dtype=torch.float32) + 0.5
+    area = masks.flatten(1).sum(1).clamp(min=1)
+    cx = (masks.sum(1) * centres).sum(1) / area  # column counts · x
+    cy = (masks.sum(2) * centres).sum(1) / area  # row counts · y
+    dist = (centres[None, None, :] - cx[:, None, None]).square() + (centres[None, :, None] - cy[:, None, None]).square()
+    nearest = torch.where(masks, dist, torch.inf).flatten(1).argmin(1)
+    return torch.stack([nearest % size, nearest // size], dim=1).float() + 0.5
 
 
 def _outer(col: Tensor, row: Tensor) -> Tensor:

@@ -7,12 +7,17 @@ through the same file-loading path as the real datasets)::
     DIR/<split>/images/<k:06d>.png     RGB, uint8
     DIR/<split>/masks/<k:06d>.png      greyscale, 0 background, class + 1 on object pixels
 
-``index.json`` = ``{"format": "rightreasons-synthetic", "version": 1, "name": "synthetic-birds", "classes": [...],
+``index.json`` = ``{"format": "rightreasons-synthetic", "version": 2, "name": "synthetic-birds", "classes": [...],
 "config": {size, correlation, difficulty, seed, max_objects, sizes}, "splits": {"train": [record, ...], ...}}`` with
 ``record = {"id": "train-000000", "image": "train/images/000000.png", "mask": "train/masks/000000.png",
-"labels": [class, ...], "boxes": [[x1, y1, x2, y2], ...], "box_labels": [class, ...], "group": g}``
-(boxes XYXY in pixels; ``group`` the Waterbirds group or the multi-label context). ``index.json`` is written last
-and atomically, so a directory with an index is complete.
+"labels": [class, ...], "boxes": [[x1, y1, x2, y2], ...], "box_labels": [class, ...], "points": [[x, y], ...],
+"point_labels": [class, ...], "group": g}`` (boxes XYXY in pixels; points XY in pixels, one click per object
+(:func:`~.draw.click_points`), the pixel ``(⌊x⌋, ⌊y⌋)`` on the object; ``group`` the Waterbirds group or the
+multi-label context). ``index.json`` is written last and atomically, so a directory with an index is complete.
+
+Versions: 2 added ``points`` and ``point_labels`` (required in every record); an index of version 1, written before
+the generator drew points, is still read, as a dataset without points (guidance with ``regions: points`` then has
+nothing to guide with; write the data again for points).
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ from ..io import read_text, relative_path, require_file
 from ..waterbirds import GROUP_NAMES
 from .generate import CONTEXTS, DEFAULT_SIZES, SPLITS, SyntheticConfig, SyntheticData, generate
 
-__all__ = ["FORMAT", "GROUPS", "NAMES", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
+__all__ = ["FORMAT", "GROUPS", "NAMES", "READABLE", "VERSION", "SyntheticDataset", "load_synthetic", "write_synthetic"]
 
-FORMAT, VERSION = "rightreasons-synthetic", 1
+FORMAT, VERSION = "rightreasons-synthetic", 2
+READABLE = (1, 2)
+"""The index versions :func:`load_synthetic` reads (version 1: no points)."""
 #: what ``sample["group"]`` means per task: the Waterbirds groups, or the context background
 GROUPS = {"birds": GROUP_NAMES, "multilabel": CONTEXTS}
 
@@ -106,9 +113,11 @@ def _write_splits(out: Path, name: str, task: str, config: SyntheticConfig, spli
                 with open_no_follow(out / file, "wb") as f:  # never through a link planted at an image's name
                     Image.fromarray(pixels.numpy()).save(f, format="PNG")
             boxes, box_labels = data.records.boxes_of(i)
+            points, point_labels = data.records.points_of(i)
             entry = {"id": str(data.records.ids[i]), "image": image_file, "mask": mask_file,
                      "labels": np.flatnonzero(data.records.labels[i]).tolist(), "boxes": boxes.tolist(),
-                     "box_labels": box_labels.tolist()}
+                     "box_labels": box_labels.tolist(), "points": points.tolist(),
+                     "point_labels": point_labels.tolist()}
             if data.records.groups is not None:
                 entry["group"] = int(data.records.groups[i])
             entries.append(entry)
@@ -116,13 +125,14 @@ def _write_splits(out: Path, name: str, task: str, config: SyntheticConfig, spli
     return write_json_atomic(out / "index.json", index)  # last: a dataset without its index is not one
 
 
-def _records_from_index(path: Path, index: dict[str, Any], split: str, num_classes: int) -> Records:
+def _records_from_index(path: Path, index: dict[str, Any], split: str, num_classes: int,
+                        with_points: bool) -> Records:
     entries = index["splits"].get(split)
     if entries is None:
         raise DataError(f"{path}: no split {split!r}; the file has {', '.join(index['splits']) or 'none'}")
     if not isinstance(entries, list):
         raise DataError(f"{path}: splits.{split} is {type(entries).__name__}, expected a list of records")
-    ids, files, masks, labels, boxes, box_labels, groups = [], [], [], [], [], [], []
+    ids, files, masks, labels, boxes, box_labels, points, point_labels, groups = [], [], [], [], [], [], [], [], []
     for k, entry in enumerate(entries):
         record = f"splits.{split}[{k}]"
         try:
@@ -132,6 +142,14 @@ def _records_from_index(path: Path, index: dict[str, Any], split: str, num_class
             if len(b) != len(bl) or not all(((c >= 0) & (c < num_classes)).all() for c in (classes, bl)):
                 raise ValueError(f"labels {classes.tolist()}, {len(b)} boxes and box_labels {bl.tolist()} do not fit "
                                  f"{num_classes} classes")
+            if with_points:
+                p = np.asarray(entry["points"], dtype=np.float32).reshape(-1, 2)
+                pl = np.asarray(entry["point_labels"], dtype=np.int64).reshape(-1)
+                if len(p) != len(pl) or not ((pl >= 0) & (pl < num_classes)).all() or not np.isfinite(p).all():
+                    raise ValueError(f"{len(p)} points and point_labels {pl.tolist()} do not fit {num_classes} "
+                                     "classes (or a point is not finite)")
+                points.append(p)
+                point_labels.append(pl)
             lab = np.zeros(num_classes, dtype=bool)
             lab[classes] = True
             ids.append(str(entry["id"]))
@@ -150,7 +168,8 @@ def _records_from_index(path: Path, index: dict[str, Any], split: str, num_class
     if any(has_groups) and not all(has_groups):
         raise DataError(f"{path}: splits.{split}[{has_groups.index(False)}]: no 'group' while other records have one")
     return Records.build(ids, files, np.array(labels, bool).reshape(-1, num_classes), boxes, box_labels,
-                         groups=groups if any(has_groups) else None, mask_files=masks)
+                         groups=groups if any(has_groups) else None, mask_files=masks,
+                         **({"points": points, "point_labels": point_labels} if with_points else {}))
 
 
 def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "train", *, n: int | None = None,
@@ -182,13 +201,17 @@ def load_synthetic(name: str, root: str | os.PathLike | None, split: str = "trai
         index = json.loads(read_text(path, f"{name} index"))
     except (json.JSONDecodeError, RecursionError) as e:
         raise DataError(f"{path}: malformed JSON: {e}") from e
-    if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION:
-        raise DataError(f"{path}: not a {FORMAT} index of version {VERSION}")
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise DataError(f"{path}: not a {FORMAT} index")
+    if isinstance(index.get("version"), bool) or index.get("version") not in READABLE:
+        raise DataError(f"{path}: a {FORMAT} index of version {index.get('version')!r}; this version of rightreasons "
+                        f"reads versions {', '.join(map(str, READABLE))} (write the data again with `rightreasons "
+                        "data synth --out DIR`)")
     if index.get("name") != name:
         raise DataError(f"{path}: holds {index.get('name')!r}, not {name!r}")
     classes = index.get("classes")
     if not isinstance(classes, list) or not isinstance(index.get("splits"), dict):
         raise DataError(f"{path}: missing 'classes' list or 'splits' object")
-    records = _records_from_index(path, index, split, len(classes))
+    records = _records_from_index(path, index, split, len(classes), with_points=index["version"] >= 2)
     return AnnotatedDataset(records, classes, name=name, split=split, image_root=root, group_names=GROUPS[task],
                             **options)
