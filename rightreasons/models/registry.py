@@ -72,14 +72,17 @@ class ModelSpec:
         under a second for any model of the zoo). Whatever the builder raises for these arguments becomes a
         :class:`~rightreasons.errors.UsageError` naming them, since the values are the user's and the builder is the
         judge of them."""
-        import torch  # only here: reading the table must not load torch
+        key = (self.name, repr(sorted(kwargs.items())))  # a study validates the same model in every config
+        if key not in _PARAMETER_COUNTS:
+            import torch  # only here: reading the table must not load torch
 
-        try:
-            with torch.device("meta"):
-                model = self.build(**kwargs)
-        except Exception as e:  # noqa: BLE001 - any refusal of the builder is a refusal of these arguments
-            raise UsageError(f"{self.name}: cannot build with {kwargs} ({type(e).__name__}: {e})") from None
-        return sum(p.numel() for p in model.parameters())
+            try:
+                with torch.device("meta"):
+                    model = self.build(**kwargs)
+            except Exception as e:  # noqa: BLE001 - any refusal of the builder is a refusal of these arguments
+                raise UsageError(f"{self.name}: cannot build with {kwargs} ({type(e).__name__}: {e})") from None
+            _PARAMETER_COUNTS[key] = sum(p.numel() for p in model.parameters())
+        return _PARAMETER_COUNTS[key]
 
     def build(self, **kwargs: Any) -> Any:
         """The architecture with fresh (random) weights: ``builder(**defaults, **kwargs)``."""
@@ -91,6 +94,8 @@ MAX_PARAMETERS = 10 ** 10
 it a constructor argument is a typo (``inplanes: 100000``), which would otherwise fail deep in an allocation."""
 
 _REGISTRY: dict[str, ModelSpec] = {}
+_PARAMETER_COUNTS: dict[tuple[str, str], int] = {}
+""":meth:`ModelSpec.parameter_count` by model name and arguments (their ``repr``): built once per process."""
 
 
 def register_model(name: str, builder: Callable[..., Any], *, family: str, bcos: bool,
