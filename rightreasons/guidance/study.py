@@ -334,8 +334,9 @@ def helps(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def plot_study(path: Path, study: GuidanceStudy, rows: Sequence[dict[str, Any]]) -> None:
-    """Worst-group accuracy against the box fraction, one panel per (correlation, difficulty), a line per method
-    (error bars: std over seeds and data seeds pooled by mean), the baseline as a dashed line."""
+    """Worst-group accuracy against the box fraction, one panel per (correlation, difficulty), a line per method:
+    per fraction the mean over the panel's data seeds and image sizes of the mean over seeds (error bars: the mean of
+    their std over seeds), the baseline as a dashed line."""
     panels = [(c, d) for c in study.correlation for d in study.difficulty]
     cols = len(study.difficulty)
     with figure(path, len(study.correlation), cols, title="Worst-group accuracy (test) vs share of boxes",
@@ -347,10 +348,15 @@ def plot_study(path: Path, study: GuidanceStudy, rows: Sequence[dict[str, Any]])
             if base:
                 ax.axhline(100 * statistics.fmean(base), linestyle="--", color="grey", label="baseline")
             for method in study.methods:
-                points = sorted((r["fraction"], r["worst_group_accuracy"]) for r in here if r["method"] == method.name)
-                ax.errorbar([100 * f for f, _ in points], [100 * s["mean"] for _, s in points],
-                            yerr=[100 * (s["std"] or 0) for _, s in points], marker="o", capsize=3,
-                            label=method.name)
+                by_fraction: dict[float, list[dict[str, Any]]] = {}
+                for r in here:
+                    if r["method"] == method.name:
+                        by_fraction.setdefault(r["fraction"], []).append(r["worst_group_accuracy"])
+                fractions = sorted(by_fraction)
+                ax.errorbar([100 * f for f in fractions],
+                            [100 * statistics.fmean(s["mean"] for s in by_fraction[f]) for f in fractions],
+                            yerr=[100 * statistics.fmean(s["std"] or 0 for s in by_fraction[f]) for f in fractions],
+                            marker="o", capsize=3, label=method.name)
             ax.set_xscale("log")
             ax.set_title(f"correlation {c:g}, difficulty {d:g}")
             ax.set_xlabel("boxes on % of training images")

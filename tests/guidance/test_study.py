@@ -137,6 +137,25 @@ def test_the_weight_and_the_guided_epochs_are_chosen_on_validation_and_only_the_
     assert "## Where guidance helps" in report
 
 
+def test_the_figure_pools_the_data_seeds_of_a_panel_per_box_share(tmp_path, monkeypatch):
+    """Two data seeds give two rows per method and box share in a panel. Before: sorting them compared their
+    statistics (dicts) and the study ended in a TypeError after every training had finished."""
+    study = from_dict(GuidanceStudy, {**TINY, "data_seed": [0, 1]})
+    stat = lambda mean, std: {"mean": mean, "std": std}  # noqa: E731
+    rows = [{"correlation": 1.0, "difficulty": 0.5, "method": method, "fraction": fraction,
+             "worst_group_accuracy": stat(mean, 0.1)}
+            for method, fraction, mean in [("baseline", None, 0.2), ("baseline", None, 0.4),
+                                           ("energy", 0.125, 0.3), ("energy", 0.125, 0.5), ("energy", 1.0, 0.6),
+                                           ("energy", 1.0, 0.8)]]
+    drawn = []
+    monkeypatch.setattr("matplotlib.axes.Axes.errorbar",
+                        lambda self, x, y, yerr, **kw: drawn.append((list(x), list(y), list(yerr))))
+    study_module.plot_study(tmp_path / "study.png", study, rows)
+    (x, y, err), = drawn
+    assert x == [12.5, 100.0] and y == pytest.approx([40.0, 70.0]) and err == pytest.approx([10.0, 10.0])
+    assert (tmp_path / "study.png").stat().st_size > 0
+
+
 def test_an_interrupted_study_resumes_without_retraining(tiny_study, monkeypatch):
     out, results = tiny_study
     monkeypatch.setattr(grid_module, "run", lambda config, resume: pytest.fail(f"retrained {config.output_dir}"))
