@@ -221,7 +221,7 @@ def waterbirds_layout(root: Path, file_name: str) -> tuple[Path, str]:
 def synthetic_layout(root: Path, file_name: str, field: str = "image") -> tuple[Path, str]:
     root.mkdir(parents=True)
     record = {"id": "t0", "image": "train/images/000000.png", "mask": "", "labels": [0], "boxes": [],
-              "box_labels": [], "group": 0, field: file_name}
+              "box_labels": [], "points": [], "point_labels": [], "group": 0, field: file_name}
     path = root / "index.json"
     path.write_text(json.dumps({"format": SYNTHETIC_FORMAT, "version": SYNTHETIC_VERSION, "name": "synthetic-birds",
                                 "classes": ["landbird", "waterbird"], "config": {}, "splits": {"train": [record]}}))
