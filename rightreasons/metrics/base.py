@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-__all__ = ["GroupedRate", "PerSampleMean", "check_maps", "check_binary_mask", "top1"]
+__all__ = ["GroupedRate", "PerSampleMean", "check_batch", "check_binary_mask", "check_maps", "top1"]
 
 
 def check_maps(where: str, **maps: Tensor) -> None:
@@ -33,6 +33,21 @@ def check_maps(where: str, **maps: Tensor) -> None:
         elif value.shape != shape:
             shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in maps.items())
             raise ValueError(f"{where}: all maps must have the same shape [N, H, W], got {shapes}")
+
+
+def check_batch(where: str, images: Tensor, targets: Tensor, **maps: Tensor) -> None:
+    """Raise ``ValueError`` unless ``images`` is ``[N, C, H, W]``, ``targets`` ``[N]`` and every map (keyword: its
+    argument's name) ``[N, H, W]`` of the images' ``N``, ``H`` and ``W`` — the inputs of every metric that runs the
+    model on a batch (``where`` names it in the message)."""
+    if images.dim() != 4 or targets.shape != (images.shape[0],):
+        raise ValueError(f"{where}: need images [N, C, H, W] and targets [N], got shapes {tuple(images.shape)} and "
+                         f"{tuple(targets.shape)}")
+    if maps:
+        check_maps(where, **maps)
+        expected = (images.shape[0], *images.shape[-2:])
+        for name, value in maps.items():
+            if value.shape != expected:
+                raise ValueError(f"{where}: {name} must be [N, H, W] = {list(expected)}, got {list(value.shape)}")
 
 
 def check_binary_mask(where: str, name: str, mask: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import PerSampleMean, check_maps
+from .base import PerSampleMean, check_batch
 from .correlation import pearson
 from .perturbation import Output, check_output, target_scores
 
@@ -52,14 +52,8 @@ def faithfulness_correlation(model: nn.Module, images: Tensor, targets: Tensor, 
         generator: a CPU generator seeding the subsets (``None``: the global one).
         batch_size: images per forward pass.
     """
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"faithfulness_correlation: need images [N, C, H, W] and targets [N], got shapes "
-                         f"{tuple(images.shape)} and {tuple(targets.shape)}")
-    check_maps("faithfulness_correlation", attributions=attributions)
+    check_batch("faithfulness_correlation", images, targets, attributions=attributions)
     n, c, h, w = images.shape
-    if attributions.shape != (n, h, w):
-        raise ValueError(f"faithfulness_correlation: attributions must be [N, H, W] = {[n, h, w]}, "
-                         f"got {list(attributions.shape)}")
     check_output("faithfulness_correlation", output)
     subsets = random_subsets(h * w, num_subsets, subset_size, generator).to(images.device)
     targets = targets.to(images.device).long()

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 from torchvision.transforms.functional import gaussian_blur
 
-from .base import check_maps
+from .base import check_batch
 from .perturbation import CurvePair, Output, check_output, pixel_ranks, removal_fractions, replacement_curve
 
 __all__ = ["InsertionDeletion", "InsertionDeletionCurves", "blurred", "insertion_deletion"]
@@ -58,16 +58,6 @@ def blurred(images: Tensor, kernel_size: int = 11, sigma: float = 5.0) -> Tensor
     return gaussian_blur(images, [kernel_size, kernel_size], [sigma, sigma])
 
 
-def _checked(images: Tensor, targets: Tensor, attributions: Tensor) -> None:
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"insertion_deletion: need images [N, C, H, W] and targets [N], got shapes "
-                         f"{tuple(images.shape)} and {tuple(targets.shape)}")
-    check_maps("insertion_deletion", attributions=attributions)
-    if attributions.shape != (images.shape[0], *images.shape[-2:]):
-        raise ValueError(f"insertion_deletion: attributions must be [N, H, W] = "
-                         f"{[images.shape[0], *images.shape[-2:]]}, got {list(attributions.shape)}")
-
-
 def insertion_deletion(model: nn.Module, images: Tensor, targets: Tensor, attributions: Tensor,
                        num_steps: int = 20, insertion_baseline: Tensor | float | None = None,
                        deletion_baseline: Tensor | float = 0.0, output: Output = "softmax",
@@ -86,7 +76,7 @@ def insertion_deletion(model: nn.Module, images: Tensor, targets: Tensor, attrib
         output: score tracked, ``"softmax"`` (RISE), ``"sigmoid"`` or ``"logit"``.
         batch_size: images per forward pass.
     """
-    _checked(images, targets, attributions)
+    check_batch("insertion_deletion", images, targets, attributions=attributions)
     check_output("insertion_deletion", output)
     fractions = removal_fractions(num_steps, 1.0)
     counts = torch.round(fractions * images[0, 0].numel()).long().tolist()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .base import PerSampleMean, check_maps
+from .base import PerSampleMean, check_batch, check_maps
 from .perturbation import Output, check_output, replacement_curve
 
 __all__ = ["IROF", "IROFCurves", "grid_segments", "irof", "segment_ranks", "slic_segments"]
@@ -114,9 +114,7 @@ def irof(model: nn.Module, images: Tensor, targets: Tensor, attributions: Tensor
             has no curve and scores 0.
         batch_size: images per forward pass.
     """
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"irof: need images [N, C, H, W] and targets [N], got shapes {tuple(images.shape)} and "
-                         f"{tuple(targets.shape)}")
+    check_batch("irof", images, targets)
     segments = grid_segments(images) if segments is None else segments.to(images.device)
     check_maps("irof", attributions=attributions, segments=segments)
     if attributions.shape != (images.shape[0], *images.shape[-2:]) or segments.is_floating_point():

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .attribution_fn import AttributionFn, run_attribution
-from .base import PerSampleMean
+from .base import PerSampleMean, check_batch
 
 __all__ = ["CurvePair", "PerturbationCurves", "PixelPerturbation", "area_between", "check_output", "perturbation_curves",
            "pixel_ranks", "removal_fractions", "replacement_curve", "target_scores"]
@@ -117,9 +117,7 @@ def perturbation_curves(model: nn.Module, images: Tensor, targets: Tensor, attri
             ``"logit"``.
         batch_size: images per forward pass.
     """
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"perturbation_curves: need images [N, C, H, W] and targets [N], got shapes "
-                         f"{tuple(images.shape)} and {tuple(targets.shape)}")
+    check_batch("perturbation_curves", images, targets)
     check_output("perturbation_curves", output)
     fractions = removal_fractions(num_steps, max_fraction)
     n, _, h, w = images.shape

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .attribution_fn import AttributionFn, run_attribution
-from .base import PerSampleMean
+from .base import PerSampleMean, check_batch
 from .correlation import spearman
 
 __all__ = ["LabelRandomisation", "ModelRandomisation", "label_randomisation", "model_randomisation",
@@ -92,9 +92,7 @@ def model_randomisation(model: nn.Module, images: Tensor, targets: Tensor, attri
         ``(layers, correlations [N, L])``: column ``l`` after randomising ``layers[l]`` (and, in cascade mode,
         every layer before it).
     """
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"model_randomisation: need images [N, C, H, W] and targets [N], got shapes "
-                         f"{tuple(images.shape)} and {tuple(targets.shape)}")
+    check_batch("model_randomisation", images, targets)
     names = _check(model, randomisable_layers(model) if layers is None else layers, mode)
     targets = targets.to(images.device).long()
 
@@ -152,9 +150,7 @@ def label_randomisation(model: nn.Module, random_label_model: nn.Module, images:
     caller trains the permuted-label copy and passes it here. Ties, negative and constant maps as for
     :func:`model_randomisation` (mean ranks; signed maps; a constant map correlates 0).
     """
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"label_randomisation: need images [N, C, H, W] and targets [N], got shapes "
-                         f"{tuple(images.shape)} and {tuple(targets.shape)}")
+    check_batch("label_randomisation", images, targets)
     targets = targets.to(images.device).long()
     trained = _flat_maps(model, images, targets, attribution, batch_size)
     return spearman(trained, _flat_maps(random_label_model, images, targets, attribution, batch_size).to(trained.dtype))

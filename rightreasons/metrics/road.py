@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import check_maps
+from .base import check_batch
 from .perturbation import CurvePair, area_between, check_output, pixel_ranks, removal_fractions, target_scores
 
 __all__ = ["DIAGONAL_WEIGHT", "DIRECT_WEIGHT", "ROAD", "ROADCurves", "noisy_linear_imputation", "road"]
@@ -204,13 +204,7 @@ def road(model: nn.Module, images: Tensor, targets: Tensor, attributions: Tensor
         noise, generator, tolerance: of :func:`noisy_linear_imputation`; every step and order draws its own noise.
         batch_size: images per forward pass.
     """
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"road: need images [N, C, H, W] and targets [N], got shapes {tuple(images.shape)} and "
-                         f"{tuple(targets.shape)}")
-    check_maps("road", attributions=attributions)
-    if attributions.shape != (images.shape[0], *images.shape[-2:]):
-        raise ValueError(f"road: attributions must be [N, H, W] = {[images.shape[0], *images.shape[-2:]]}, got "
-                         f"{list(attributions.shape)}")
+    check_batch("road", images, targets, attributions=attributions)
     if output != "accuracy":
         check_output("road", output)
     fractions = removal_fractions(num_steps, max_fraction)

@@ -21,16 +21,14 @@ import torch
 from torch import Tensor, nn
 
 from .attribution_fn import AttributionFn, run_attribution
-from .base import PerSampleMean, check_maps
+from .base import PerSampleMean, check_batch, check_maps
 from .perturbation import Output, check_output, target_scores
 
 __all__ = ["Infidelity", "Sensitivity", "infidelity", "sensitivities"]
 
 
 def _check_batch(where: str, images: Tensor, targets: Tensor, num_samples: int, spread: float, name: str) -> None:
-    if images.dim() != 4 or targets.shape != (images.shape[0],):
-        raise ValueError(f"{where}: need images [N, C, H, W] and targets [N], got shapes {tuple(images.shape)} and "
-                         f"{tuple(targets.shape)}")
+    check_batch(where, images, targets)
     if num_samples < 1 or not spread > 0:
         raise ValueError(f"{where}: need num_samples >= 1 and {name} > 0, got {num_samples} and {spread}")
 

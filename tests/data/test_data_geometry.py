@@ -9,31 +9,21 @@ from PIL import ExifTags, Image
 from torchvision import tv_tensors
 
 from rightreasons.boxes import boxes_to_masks
-from rightreasons.data import DataError, eval_transform, load_dataset, make_sample, train_transform
-from rightreasons.data.geometry import Points, SegmentationMask
+from rightreasons.data import DataError, eval_transform, load_dataset, train_transform
+from rightreasons.data.geometry import SegmentationMask
 from rightreasons.data.io import read_mask
 
+from drawn_samples import drawn_sample
 
-def drawn_sample(trial: int, mask_type: type = SegmentationMask) -> tuple[dict, tuple[int, int, int, int]]:
-    """A float image of a random size with a square of colour in channel 0 and, in channels 1 and 2, the x and y of
-    each pixel's centre over the width and height (so every transformed pixel says where it came from); the square's
-    mask (class 0), box and centre point; and the square ``(x1, y1, x2, y2)``."""
+
+def drawn_square_sample(trial: int, mask_type: type = SegmentationMask) -> tuple[dict, tuple[int, int, int, int]]:
+    """:func:`drawn_samples.drawn_sample` of a random size with a random square; and the square ``(x1, y1, x2, y2)``."""
     g = torch.Generator().manual_seed(trial)
     h, w = torch.randint(40, 200, (2,), generator=g).tolist()
     y1, x1 = int(torch.randint(0, h // 2, (1,), generator=g)), int(torch.randint(0, w // 2, (1,), generator=g))
     y2 = y1 + int(torch.randint(3, h // 2, (1,), generator=g))
     x2 = x1 + int(torch.randint(3, w // 2, (1,), generator=g))
-    image = torch.zeros(3, h, w)
-    image[0, y1:y2, x1:x2] = 1
-    image[1] = ((torch.arange(w) + 0.5) / w)[None]
-    image[2] = ((torch.arange(h) + 0.5) / h)[:, None]
-    mask = torch.zeros(h, w, dtype=torch.uint8)
-    mask[y1:y2, x1:x2] = 1
-    sample = make_sample(image, torch.tensor([1.0]), torch.tensor([[x1, y1, x2, y2]]), torch.tensor([0]),
-                         has_boxes=True, id=str(trial), mask=mask)
-    sample["mask"] = mask_type(sample["mask"])
-    sample["points"] = Points([[(x1 + x2) / 2, (y1 + y2) / 2]], canvas_size=(h, w))
-    return sample, (x1, y1, x2, y2)
+    return drawn_sample(trial, (h, w), (x1, y1, x2, y2), mask_type), (x1, y1, x2, y2)
 
 
 def where_from(out: dict, size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,7 +74,7 @@ def check_coincide(out: dict, source: tuple[int, int], square: tuple[int, int, i
 
 @pytest.mark.parametrize("trial", range(40))
 def test_random_resized_crop_and_flip_keep_mask_box_and_point_on_the_drawn_square(trial):
-    sample, square = drawn_sample(trial)
+    sample, square = drawn_square_sample(trial)
     torch.manual_seed(trial)
     out = train_transform(48, scale=(0.25, 1.0), encoding="none")(sample)
     check_coincide(out, tuple(sample["image"].shape[-2:]), square)
@@ -92,7 +82,7 @@ def test_random_resized_crop_and_flip_keep_mask_box_and_point_on_the_drawn_squar
 
 @pytest.mark.parametrize("trial", range(10))
 def test_the_evaluation_resize_and_centre_crop_keep_them_on_the_square(trial):
-    sample, square = drawn_sample(trial)
+    sample, square = drawn_square_sample(trial)
     out = eval_transform(40, encoding="none")(sample)
     check_coincide(out, tuple(sample["image"].shape[-2:]), square)
 
@@ -100,7 +90,7 @@ def test_the_evaluation_resize_and_centre_crop_keep_them_on_the_square(trial):
 def test_torchvisions_own_mask_resampling_drifts_and_ours_does_not():
     drifted = 0
     for trial in range(40):
-        sample, square = drawn_sample(trial, tv_tensors.Mask)
+        sample, square = drawn_square_sample(trial, tv_tensors.Mask)
         torch.manual_seed(trial)
         out = train_transform(48, encoding="none")(sample)
         try:
@@ -112,7 +102,7 @@ def test_torchvisions_own_mask_resampling_drifts_and_ours_does_not():
 
 @pytest.mark.parametrize("trial", range(10))
 def test_the_uint8_preset_moves_the_mask_with_the_colour(trial):
-    sample, (x1, y1, x2, y2) = drawn_sample(trial)
+    sample, (x1, y1, x2, y2) = drawn_square_sample(trial)
     sample["image"] = tv_tensors.Image((sample["image"] * 255).round().to(torch.uint8))
     torch.manual_seed(trial)
     out = train_transform(48, encoding="none")(sample)

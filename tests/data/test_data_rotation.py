@@ -10,33 +10,23 @@ import torch
 
 from rightreasons.boxes import boxes_to_masks
 from rightreasons.config import from_dict
-from rightreasons.data import make_sample, train_transform
-from rightreasons.data.geometry import Points, SegmentationMask
+from rightreasons.data import train_transform
 from rightreasons.data.transforms import random_rotation
 from rightreasons.engine import TrainConfig
 from rightreasons.errors import ConfigError
+
+from drawn_samples import drawn_sample
 
 SIZE = 48
 
 
 def drawn(trial: int) -> tuple[dict, tuple[int, int, int, int]]:
-    """A float image with a square in channel 0 and each pixel centre's x and y (over the width and height) in
-    channels 1 and 2; the square's mask (class 0), box and centre point."""
+    """:func:`drawn_samples.drawn_sample` of ``SIZE``² with a random square; and the square ``(x1, y1, x2, y2)``.
+    The crop then keeps the whole image and resizes nothing: what is checked is the rotation (and flip)."""
     g = torch.Generator().manual_seed(trial)
-    h = w = SIZE  # the crop then keeps the whole image and resizes nothing: what is checked is the rotation (and flip)
     y1, x1 = (int(torch.randint(SIZE // 8, SIZE // 2, (1,), generator=g)) for _ in range(2))
     y2, x2 = (start + int(torch.randint(4, SIZE // 3, (1,), generator=g)) for start in (y1, x1))
-    image = torch.zeros(3, h, w)
-    image[0, y1:y2, x1:x2] = 1
-    image[1] = ((torch.arange(w) + 0.5) / w)[None]
-    image[2] = ((torch.arange(h) + 0.5) / h)[:, None]
-    mask = torch.zeros(h, w, dtype=torch.uint8)
-    mask[y1:y2, x1:x2] = 1
-    sample = make_sample(image, torch.tensor([1.0]), torch.tensor([[x1, y1, x2, y2]]), torch.tensor([0]),
-                         has_boxes=True, id=str(trial), mask=mask)
-    sample["mask"] = SegmentationMask(sample["mask"])
-    sample["points"] = Points([[(x1 + x2) / 2, (y1 + y2) / 2]], canvas_size=(h, w))
-    return sample, (x1, y1, x2, y2)
+    return drawn_sample(trial, (SIZE, SIZE), (x1, y1, x2, y2)), (x1, y1, x2, y2)
 
 
 def fitted_map(out: dict, source: tuple[int, int]) -> torch.Tensor:
