@@ -4,6 +4,7 @@ section by section and validated like every config."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,22 +46,29 @@ STUDY = {"recipe": {"model_kwargs": {"inplanes": 4}, "batch_size": 8, "baseline_
                      {"name": "points", "loss": "energy", "weight": 5.0, "regions": "points", "point_radius": 4.0}]}
 
 
-def test_a_study_method_guides_its_fine_tuning_with_the_regions_it_names(tmp_path):
+@pytest.fixture(scope="module")
+def study_seed(tmp_path_factory) -> Path:
+    """The folder of seed 0 of :data:`STUDY`, run once on one thread (results depend on the thread count)."""
+    from rightreasons.config import from_dict
+    from rightreasons.guidance.study import GuidanceStudy, run_study
+
+    out = tmp_path_factory.mktemp("regions-study")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_study(from_dict(GuidanceStudy, STUDY), out)
+    finally:
+        torch.set_num_threads(threads)
+    return out / "corr1-diff0.5-data0-32px" / "seed-0"
+
+
+def test_a_study_method_guides_its_fine_tuning_with_the_regions_it_names(study_seed):
     """A guided method's ``regions`` used to be missing (every study method guided with boxes): the fine-tuning of a
     ``regions: masks`` method trains with mask regions (its written config says so) and learns other weights than
     the same fine-tuning with boxes — same seed, same annotated images, same baseline — so the masks reach the loss."""
     from safetensors.torch import load_file
 
-    from rightreasons.config import from_dict
-    from rightreasons.guidance.study import GuidanceStudy, run_study
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run_study(from_dict(GuidanceStudy, STUDY), tmp_path)
-    finally:
-        torch.set_num_threads(threads)
-    folder = tmp_path / "corr1-diff0.5-data0-32px" / "seed-0"
+    folder = study_seed
     configs = {name: json.loads((folder / f"{name}-boxes1" / "summary.json").read_text())["config"]
                for name in ("boxes", "masks")}
     assert configs["masks"]["guidance"]["regions"] == "masks" and configs["masks"]["guidance"]["point_radius"] == 3.0
@@ -71,15 +79,13 @@ def test_a_study_method_guides_its_fine_tuning_with_the_regions_it_names(tmp_pat
     assert any(not torch.equal(weights["boxes"][k], weights["masks"][k]) for k in weights["boxes"])
 
 
-def test_a_study_method_guides_with_points_on_synthetic_birds_and_its_regions_are_never_empty(tmp_path):
+def test_a_study_method_guides_with_points_on_synthetic_birds_and_its_regions_are_never_empty(study_seed):
     """synthetic-birds draws one click per object, so ``regions: points`` guides: every training image's region is a
     disc on its object (never empty, never the whole box), the fine-tuning's localisation term is positive at every
     logged step (an image without a region adds 0 to it) and it learns other weights than box or mask guidance."""
     from safetensors.torch import load_file
 
-    from rightreasons.config import from_dict
     from rightreasons.data import collate, eval_transform, load_dataset
-    from rightreasons.guidance.study import GuidanceStudy, run_study
     from rightreasons.regions import batch_regions
 
     train = load_dataset("synthetic-birds", None, "train", n=24, size=32, seed=0, difficulty=0.5, correlation=1.0,
@@ -90,13 +96,7 @@ def test_a_study_method_guides_with_points_on_synthetic_birds_and_its_regions_ar
     area = discs.flatten(1).sum(1)
     assert (area >= 13).all() and (area < on_object.flatten(1).sum(1) + 30).all()
     assert (discs & on_object).flatten(1).sum(1).float().div(area).mean() > 0.9  # nearly all on the object
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run_study(from_dict(GuidanceStudy, STUDY), tmp_path)
-    finally:
-        torch.set_num_threads(threads)
-    run = tmp_path / "corr1-diff0.5-data0-32px" / "seed-0" / "points-boxes1"
+    run = study_seed / "points-boxes1"
     config = json.loads((run / "summary.json").read_text())["config"]
     assert config["guidance"]["regions"] == "points" and config["guidance"]["point_radius"] == 4.0
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
