@@ -779,6 +779,18 @@ def _peak_memory(settings: Settings, loss: Callable[[], Tensor]) -> float:
     return torch.cuda.max_memory_allocated(settings.device) / 2**20
 
 
+def _compile_counts(step_fn: Callable[[], None]) -> str:
+    """Two calls of a compiled step: the graphs TorchDynamo made at the first and its graph breaks, and the graphs the
+    second, identical call added (recompilations, which a step must not need)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    step_fn()
+    graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    step_fn()
+    return f"{graphs} graphs, {breaks} graph breaks, {counters['stats']['unique_graphs'] - graphs} recompilations"
+
+
 @section("gpu-throughput")
 def gpu_throughput(settings: Settings) -> list[Row]:
     """Images per second and peak memory of training steps at the papers' scale (``make bench-gpu``): ResNet-50 and
@@ -821,6 +833,8 @@ def throughput_rows(settings: Settings, models: Sequence[tuple[str, str]], batch
                                      "inductor" if mode == "compiled" else "no")
                 autocast = torch.autocast(settings.device.type, torch.bfloat16, enabled=mode == "bf16")
                 with autocast:
+                    compiled = {name: "; " + _compile_counts(step(loss)) for name, loss in losses.items()
+                                } if mode == "compiled" else {}
                     times = alternate({name: step(loss) for name, loss in losses.items()}, settings, repeats, warmup)
                     memory = {name: _peak_memory(settings, loss) for name, loss in losses.items()}
                 reference = batch / statistics.median(times["standard"])
@@ -830,8 +844,8 @@ def throughput_rows(settings: Settings, models: Sequence[tuple[str, str]], batch
                                     speed / reference, "report", None,
                                     f"{bcos_name} (standard: {standard_name}) at {size} px, batch {batch}, {mode}: "
                                     f"{speed:.1f} images/s, peak memory {memory[name]:.0f} MiB; reference = the "
-                                    "standard network in the same mode; ratio = ours / reference images per second",
-                                    unit="img/s"))
+                                    "standard network in the same mode; ratio = ours / reference images per second"
+                                    + compiled.get(name, ""), unit="img/s"))
     return rows
 
 

@@ -25,18 +25,25 @@ class SegmentationMask(tv_tensors.Mask):
     (``NEAREST_EXACT``); every other transform treats it as a ``tv_tensors.Mask``."""
 
 
+def _at_centres(mask: Tensor, size: list[int] | None, max_size: int | None = None) -> Tensor:
+    """``mask`` ``[H, W]`` or ``[..., C, H, W]`` resized with ``NEAREST_EXACT`` through ``F.resize_image``, which takes
+    the mode in every torchvision we support (``F.resize_mask`` takes none before 0.29)."""
+    flat = mask.ndim < 3
+    out = F.resize_image(mask[None] if flat else mask, size, InterpolationMode.NEAREST_EXACT, max_size)
+    return out[0] if flat else out
+
+
 @F.register_kernel(F.resize, SegmentationMask)
 def _resize(inpt: SegmentationMask, size: list[int] | None, interpolation: Any = None, max_size: int | None = None,
             antialias: Any = None) -> SegmentationMask:
-    out = F.resize_mask(inpt.as_subclass(Tensor), size, InterpolationMode.NEAREST_EXACT, max_size)
-    return tv_tensors.wrap(out, like=inpt)
+    return tv_tensors.wrap(_at_centres(inpt.as_subclass(Tensor), size, max_size), like=inpt)
 
 
 @F.register_kernel(F.resized_crop, SegmentationMask)
 def _resized_crop(inpt: SegmentationMask, top: int, left: int, height: int, width: int, size: list[int],
                   interpolation: Any = None, antialias: Any = None) -> SegmentationMask:
     cropped = F.crop_mask(inpt.as_subclass(Tensor), top, left, height, width)
-    return tv_tensors.wrap(F.resize_mask(cropped, size, InterpolationMode.NEAREST_EXACT), like=inpt)
+    return tv_tensors.wrap(_at_centres(cropped, size), like=inpt)
 
 
 class Points(tv_tensors.KeyPoints):

@@ -100,6 +100,25 @@ def test_torchvisions_own_mask_resampling_drifts_and_ours_does_not():
     assert drifted >= 20  # NEAREST, floor(i · s): up to half an input pixel off, on most crops
 
 
+def test_masks_resample_at_pixel_centres_with_torchvision_versions_whose_resize_mask_takes_no_mode(monkeypatch):
+    """torchvision 0.26's ``resize_mask(mask, size, max_size=None)`` has no interpolation argument (the GPU machine's
+    torchvision; every training step failed there): the resampling must not depend on it."""
+    from torchvision.transforms.v2 import functional as F
+
+    def resize_mask_0_26(mask, size, max_size=None):
+        raise AssertionError("SegmentationMask must not go through resize_mask")
+
+    monkeypatch.setattr(F, "resize_mask", resize_mask_0_26)
+    mask = torch.arange(5 * 7, dtype=torch.uint8).reshape(5, 7)
+    for size in ([3, 4], [11, 16], [5, 7]):
+        out = F.resize(SegmentationMask(mask), size)
+        rows = ((torch.arange(size[0]) + 0.5) * 5 / size[0]).floor().long()    # the input pixel holding each centre
+        cols = ((torch.arange(size[1]) + 0.5) * 7 / size[1]).floor().long()
+        assert isinstance(out, SegmentationMask) and torch.equal(out.as_subclass(torch.Tensor), mask[rows][:, cols])
+    cropped = F.resized_crop(SegmentationMask(mask[None]), 1, 2, 4, 4, [8, 8])
+    assert torch.equal(cropped.as_subclass(torch.Tensor)[0], mask[1:5, 2:6].repeat_interleave(2, 0).repeat_interleave(2, 1))
+
+
 @pytest.mark.parametrize("trial", range(10))
 def test_the_uint8_preset_moves_the_mask_with_the_colour(trial):
     sample, (x1, y1, x2, y2) = drawn_square_sample(trial)

@@ -40,3 +40,26 @@ def test_the_gpu_benchmark_says_there_is_no_cuda_and_exits_0():
     assert result.returncode == 0, result.stderr
     assert "no CUDA device" in result.stdout and "measures nothing" in result.stdout
     assert "| section |" not in result.stdout
+
+
+def test_compile_counts_tell_graph_breaks_and_recompilations_of_a_compiled_step():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import bench
+
+    torch._dynamo.reset()
+    calls = {"n": 0}
+
+    def broken() -> None:
+        torch.compile(lambda x: torch.sin(print("") or x) + 1, backend="eager")(torch.ones(3))
+
+    def recompiling() -> None:
+        calls["n"] += 1
+        torch.compile(_scaled, backend="eager")(torch.ones(3), calls["n"])
+
+    assert bench._compile_counts(broken).endswith("1 graph breaks, 0 recompilations")
+    torch._dynamo.reset()
+    assert bench._compile_counts(recompiling) == "1 graphs, 0 graph breaks, 1 recompilations"
+
+
+def _scaled(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x * k   # a Python int is specialised: a new value compiles again
