@@ -780,8 +780,9 @@ def _peak_memory(settings: Settings, loss: Callable[[], Tensor]) -> float:
 
 
 def _compile_counts(step_fn: Callable[[], None]) -> str:
-    """Two calls of a compiled step: the graphs TorchDynamo made at the first and its graph breaks, and the graphs the
-    second, identical call added (recompilations, which a step must not need)."""
+    """Two calls of a compiled step: the graphs TorchDynamo made at the first (0 where it reuses those of a step before
+    it, as guided at ``final`` reuses the compiled model's) and its graph breaks, and the graphs the second, identical
+    call added (recompilations, which a step must not need)."""
     from torch._dynamo.utils import counters
 
     counters.clear()

@@ -13,6 +13,9 @@ compares less; where Quantus 0.6.0 breaks, the test says how.
   already perturbed, so both are given a fixed number. Quantus 0.6.0 calls ``np.trapz``, gone in NumPy 2 (the test
   lends it ``np.trapezoid``), and asserts that its one-channel segment mask has the image's shape, so it fails on
   three-channel images: compared on one channel.
+* model randomisation: Quantus's MPRT seeds every layer's re-draw with the same ``torch.manual_seed(seed + 1)``, ours
+  the ``l``-th with ``seed + l``; the test makes Quantus's seeds count up like ours, then both draw the same weights
+  (``reset_parameters`` on the CPU) and must give the same Spearman correlations, cascading and independent.
 """
 
 import warnings
@@ -24,7 +27,8 @@ from torch import nn
 
 quantus = pytest.importorskip("quantus")
 
-from rightreasons.metrics import (complexity, faithfulness_correlation, irof, noisy_linear_imputation,  # noqa: E402
+from rightreasons.metrics import (complexity, faithfulness_correlation, irof, model_randomisation,  # noqa: E402
+                                  noisy_linear_imputation, randomisable_layers,
                                   pointing_game, random_subsets, relevance_rank_accuracy, road, slic_segments,
                                   sparseness, top_k_intersection)
 
@@ -141,3 +145,38 @@ def test_irof_agrees_through_the_conversion(monkeypatch, seed):
         theirs = quantus_scores(metric, model, x[i:i + 1], y[i:i + 1], maps[i:i + 1])
         converted = count * ours.aoc[i].item() + (1 + ours.curves[i, 1].item()) / 2
         assert theirs[0] == pytest.approx(converted, rel=1e-4, abs=1e-4)
+
+
+def input_times_gradient(model, images, targets):
+    """``Σ_c x ⊙ ∂y_target/∂x`` ``[N, H, W]``: the attribution both sides judge."""
+    images = images.detach().clone().requires_grad_()
+    with torch.enable_grad():
+        (grad,) = torch.autograd.grad(model(images).gather(1, targets[:, None]).sum(), images)
+    return (grad * images).sum(1).detach()
+
+
+@pytest.mark.parametrize("mode", ["cascade", "independent"])
+def test_model_randomisation_agrees_with_mprt_given_the_same_draws(monkeypatch, mode):
+    model, base = conv_model(), 7
+    x, _, _ = inputs()
+    y = model(x).argmax(1)
+    real_manual_seed, seeded = torch.manual_seed, []
+
+    def counting_up(seed):   # Quantus: seed + 1 before every layer; ours: seed + l for the l-th
+        seeded.append(seed)
+        return real_manual_seed(base + len(seeded) - 1)
+
+    def explain(model, inputs, targets, **kwargs):
+        return input_times_gradient(model, torch.as_tensor(inputs), torch.as_tensor(targets).long())[:, None].numpy()
+
+    layers = randomisable_layers(model) if mode == "cascade" else randomisable_layers(model)[::-1]  # Quantus's order
+    names, ours = model_randomisation(model, x, y, input_times_gradient, layers, mode=mode, seed=base)
+    monkeypatch.setattr(torch, "manual_seed", counting_up)
+    theirs = quantus.MPRT(layer_order="top_down" if mode == "cascade" else "independent", seed=base, abs=False,
+                          normalise=False, disable_warnings=True)(
+        model=model, x_batch=x.numpy(), y_batch=y.numpy(), a_batch=input_times_gradient(model, x, y)[:, None].numpy(),
+        explain_func=explain, device="cpu")
+    assert len(seeded) == len(names) == 2 and list(theirs)[1:] == names
+    for step, name in enumerate(names):
+        np.testing.assert_allclose(ours[:, step].numpy(), theirs[name], atol=1e-6)
+    assert (ours[:, -1] < 0.9).all()   # the check has teeth: a randomised network's maps change
