@@ -45,7 +45,8 @@ TIMEOUT_VARIABLE = "RIGHTREASONS_PROCESS_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300
 """Seconds a process waits for the others in any collective or barrier (``RIGHTREASONS_PROCESS_TIMEOUT`` overrides
 it): far above what a step, a validation or a checkpoint keeps the processes apart, far below torch's 30 minutes."""
-#: seconds the processes that are left take to find out which ones do not answer, once a collective failed
+#: seconds (at most; never more than the process timeout) the processes that are left take to find out which ones do
+#: not answer, once a collective failed
 _ROLL_CALL_S = 30
 
 
@@ -187,7 +188,8 @@ def unanswered(error: Exception, group: dist.ProcessGroup | None) -> TrainingErr
     silent = "unknown (it failed before the processes formed their group of checks)"
     if group is not None:
         try:
-            dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=_ROLL_CALL_S), wait_all_ranks=True)
+            dist.monitored_barrier(group=group, timeout=min(datetime.timedelta(seconds=_ROLL_CALL_S), process_timeout()),
+                                   wait_all_ranks=True)
             silent = "none (all answered a roll call afterwards)"
         except RuntimeError as e:
             listed = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", str(e))

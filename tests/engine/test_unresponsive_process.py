@@ -1,6 +1,6 @@
 """No wait for another process is unbounded: a rank stopped with SIGSTOP in the middle of a two-process ``torchrun``
-run makes the other stop after ``RIGHTREASONS_PROCESS_TIMEOUT`` seconds with one ``error:`` line naming the rank that
-did not answer. Before: it waited, silent, for the process group's 30-minute default."""
+run makes the other stop after ``RIGHTREASONS_PROCESS_TIMEOUT`` seconds (and a roll call of at most as long) with one
+``error:`` line naming the rank that did not answer. Before: it waited, silent, for the process group's 30-minute default."""
 
 from __future__ import annotations
 
@@ -45,6 +45,14 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a process that exited and awaits its parent's ``wait`` is a zombie: not alive)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the launcher's processes in /proc")
 def test_a_stopped_rank_ends_the_run_with_an_error_naming_it(tmp_path):
@@ -53,7 +61,7 @@ def test_a_stopped_rank_ends_the_run_with_an_error_naming_it(tmp_path):
     launcher = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rightreasons",
          "train", "--config", str(tmp_path / "config.yaml"), f"output_dir={run}"],
-        env={**os.environ, "PYTHONUNBUFFERED": "1", TIMEOUT_VARIABLE: "60"}, stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", TIMEOUT_VARIABLE: "20"}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True)
     stopped = None
     try:
@@ -64,6 +72,10 @@ def test_a_stopped_rank_ends_the_run_with_an_error_naming_it(tmp_path):
         main = json.loads((run / LOCK_FILE).read_text())["pid"]
         stopped, = [pid for pid in _children(launcher.pid) if pid != main]
         os.kill(stopped, signal.SIGSTOP)
+        while _alive(main):      # until process 0 gives up; then the stopped rank may go on, so that the launcher's
+            assert time.monotonic() < deadline, "process 0 did not stop"   # SIGTERM ends it at once (a stopped
+            time.sleep(0.2)      # process takes no signal but SIGKILL, which torchrun sends only after 30 s)
+        os.kill(stopped, signal.SIGCONT)
         _, stderr = launcher.communicate(timeout=GUARD_S)
     finally:
         if stopped is not None and launcher.poll() is None:  # the launcher ends its workers when it exits
@@ -73,7 +85,7 @@ def test_a_stopped_rank_ends_the_run_with_an_error_naming_it(tmp_path):
             launcher.wait()
     assert launcher.returncode != 0
     errors = [line for line in stderr.splitlines() if "error: " in line]
-    assert any(re.search(r"error: process 0 of 2 waited for the others beyond 60 s \(RIGHTREASONS_PROCESS_TIMEOUT\) "
+    assert any(re.search(r"error: process 0 of 2 waited for the others beyond 20 s \(RIGHTREASONS_PROCESS_TIMEOUT\) "
                          r"and stopped; process\(es\) that did not answer: 1\.", line) for line in errors), \
         stderr[-4000:]
 
