@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import rightreasons.engine.grid as grid_module
 import rightreasons.guidance.study as study_module
@@ -258,7 +259,7 @@ def test_the_cli_reports_progress_through_logging(tiny_study, tmp_path, capsys):
 
 
 STUDIES = sorted(p for p in (Path(__file__).resolve().parents[2] / "configs" / "studies").glob("*.yaml")
-                 if p.stem != "robustness")  # a study of its own kind (tests/robustness)
+                 if "robust" not in yaml.safe_load(p.read_text()))  # robustness studies: tests/robustness
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])

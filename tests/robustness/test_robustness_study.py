@@ -158,3 +158,17 @@ def test_a_grid_that_would_not_train_is_refused_before_anything_runs(tmp_path, g
     (tmp_path / "study.yaml").write_text(yaml.safe_dump({**TINY, "grid": grid}))
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(RobustnessStudy, tmp_path / "study.yaml")
+
+
+def test_guidance_followed_by_dfr_trains_what_the_guidance_study_trained():
+    """``guidance_selected_dfr.yaml`` adds DFR to the grid of ``guidance_selected.yaml`` (docs/studies/guidance.md
+    reports them side by side): the same recipe, cells, seeds and λ grid, no group-robustness method, DFR on guided."""
+    studies = Path(__file__).resolve().parents[2] / "configs" / "studies"
+    guided, with_dfr = (yaml.safe_load((studies / name).read_text())
+                        for name in ("guidance_selected.yaml", "guidance_selected_dfr.yaml"))
+    assert {key: value for key, value in with_dfr.items() if key not in ("robust", "dfr_on_guided", "dfr_retrains")} \
+        == guided
+    study = load_config(RobustnessStudy, studies / "guidance_selected_dfr.yaml")
+    trainings, fits = study.dry_run()
+    assert with_dfr["robust"] == [] and with_dfr["dfr_on_guided"]
+    assert len(trainings) == 8 * 3 * (1 + 2 * 3) and len(fits) == 8 * 3 * (1 + 2)
