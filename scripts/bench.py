@@ -779,6 +779,24 @@ def _peak_memory(settings: Settings, loss: Callable[[], Tensor]) -> float:
     return torch.cuda.max_memory_allocated(settings.device) / 2**20
 
 
+def _kernel_profile(settings: Settings, step_fn: Callable[[], None]) -> str:
+    """Where one call of a step spends its device time (``torch.profiler``): the kernels it launched, their total
+    time, and the three that took longest; on the CPU the same of the operations it profiles (self times)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = settings.device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        step_fn()
+        settings.sync()
+    events = [e for e in prof.key_averages() if (e.device_type == DeviceType.CUDA) == cuda]
+    seconds = (lambda e: e.self_device_time_total / 1e6) if cuda else (lambda e: e.self_cpu_time_total / 1e6)
+    longest = "; ".join(f"{e.key[:50]} {seconds(e) * 1e3:.1f} ms ×{e.count}"
+                        for e in sorted(events, key=seconds, reverse=True)[:3])
+    return (f"{sum(e.count for e in events)} {'kernels' if cuda else 'profiled operations'}, "
+            f"{sum(map(seconds, events)) * 1e3:.1f} ms (longest: {longest})")
+
+
 def _compile_counts(step_fn: Callable[[], None]) -> str:
     """Two calls of a compiled step: the graphs TorchDynamo made at the first (0 where it reuses those of a step before
     it, as guided at ``final`` reuses the compiled model's) and its graph breaks, and the graphs the second, identical
@@ -838,13 +856,15 @@ def throughput_rows(settings: Settings, models: Sequence[tuple[str, str]], batch
                                 } if mode == "compiled" else {}
                     times = alternate({name: step(loss) for name, loss in losses.items()}, settings, repeats, warmup)
                     memory = {name: _peak_memory(settings, loss) for name, loss in losses.items()}
+                    profiles = {name: _kernel_profile(settings, step(loss)) for name, loss in losses.items()}
                 reference = batch / statistics.median(times["standard"])
                 for name in losses:
                     speed = batch / statistics.median(times[name])
                     rows.append(Row(f"gpu-throughput: {bcos_name} {name}, batch {batch}, {mode}", speed, reference,
                                     speed / reference, "report", None,
                                     f"{bcos_name} (standard: {standard_name}) at {size} px, batch {batch}, {mode}: "
-                                    f"{speed:.1f} images/s, peak memory {memory[name]:.0f} MiB; reference = the "
+                                    f"{speed:.1f} images/s, peak memory {memory[name]:.0f} MiB, {profiles[name]}; "
+                                    "reference = the "
                                     "standard network in the same mode; ratio = ours / reference images per second"
                                     + compiled.get(name, ""), unit="img/s"))
     return rows

@@ -59,13 +59,20 @@ def markdown(report: dict) -> str:
         step, logged = counts["step"], counts["logged step"]
         cuda = (f"{len(step['cuda syncs'])} / {len(logged['cuda syncs'])}" if "cuda syncs" in step else "—")
         out.append(f"| {name} | {step['syncs']} / {logged['syncs']} | {cuda} |")
-    out += ["", "| step | images/s | vs standard | peak memory | compiled: graphs / graph breaks / recompilations |",
-            "|---|---|---|---|---|"]
+    out += ["", "| step | images/s | vs standard | peak memory | kernels per step (device time) | "
+            "compiled: graphs / graph breaks / recompilations |", "|---|---|---|---|---|---|"]
+    longest = []
     for row in report["throughput"]:
+        step = row["section"].removeprefix("gpu-throughput: ")
         memory = re.search(r"peak memory (\d+) MiB", row["setup"])
+        kernels = re.search(r"(\d+) (?:kernels|profiled operations), ([\d.]+) ms \(longest: ([^)]*)\)", row["setup"])
         graphs = re.search(r"(\d+) graphs, (\d+) graph breaks, (\d+) recompilations", row["setup"])
-        out.append(f"| {row['section'].removeprefix('gpu-throughput: ')} | {row['ours']:.1f} | {row['ratio']:.2f} | "
-                   f"{memory.group(1) + ' MiB' if memory else '—'} | {' / '.join(graphs.groups()) if graphs else '—'} |")
+        out.append(f"| {step} | {row['ours']:.1f} | {row['ratio']:.2f} | {memory.group(1) + ' MiB' if memory else '—'} | "
+                   f"{f'{kernels.group(1)} ({kernels.group(2)} ms)' if kernels else '—'} | "
+                   f"{' / '.join(graphs.groups()) if graphs else '—'} |")
+        if kernels:
+            longest.append(f"- {step}: {kernels.group(3)}")
+    out += ["", "Longest kernels of one step (self time × calls):", "", *longest] if longest else []
     out += [f"\n**{part} failed:**\n\n```\n{error}```" for part, error in report["failures"].items()]
     return "\n".join(out) + "\n"
 

@@ -5,6 +5,7 @@ table with every part filled in — so the script is known to run before a GPU i
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,12 @@ def test_the_rehearsal_writes_every_part(tmp_path):
     table = (tmp_path / "gpu-check.md").read_text()
     assert table.startswith("# make gpu-check") and "| guide (Energy, B-cos at the input) | 0 / 1 |" in table
     assert table in done.stdout
+    # where a step's time goes (on the CPU: the operations the profiler records): the guided step explains, so it
+    # runs more of them
+    operations = {r["section"].split(": ")[1]: int(re.search(r"(\d+) profiled operations", r["setup"]).group(1))
+                  for r in report["throughput"]}
+    assert operations["bcos_resnet18 guided at input, batch 2, eager"] > \
+        operations["bcos_resnet18 standard, batch 2, eager"] > 0
+    assert re.search(r"\| bcos_resnet18 guided at input, batch 2, eager \| [\d.]+ \| [\d.]+ \| \d+ MiB \| "
+                     r"\d+ \([\d.]+ ms\) \| — \|", table), table
+    assert "Longest kernels of one step" in table and "- bcos_resnet18 guided at input, batch 2, eager: " in table
