@@ -158,16 +158,18 @@ def with_start(runs: Sequence[tuple[R, Mapping[str, Any]]], cell: Sequence[str],
     return out
 
 
-def curves_markdown(choices: Mapping[tuple[Any, ...], Selection], cell: Sequence[str]) -> str:
-    """A report section with the validation curve of every cell that chose among several settings (empty without
-    one): the cell's fields, then :meth:`Selection.describe`."""
+def curves_markdown(choices: Mapping[tuple[Any, ...], Selection], cell: Sequence[str],
+                    title: str = "Chosen on validation", score: str | None = None) -> str:
+    """A report section (``title``) with the validation curve of every cell that chose among several settings (empty
+    without one): the cell's fields, then :meth:`Selection.describe`; ``score`` names what was compared (default:
+    the runs' validation metric at the checkpoint each exported)."""
     lines = [f"- {', '.join(f'{k} {v}' for k, v in zip(cell, key) if v is not None)}: {choice.describe()}"
              for key, choice in choices.items() if len(choice.curve) > 1]
     if not lines:
         return ""
     metric = next(iter(choices.values())).metric
-    return "\n".join([f"\n## Chosen on validation\n\nPer cell, every candidate setting's validation {metric} (%, "
-                      "mean ± std over the seeds of the checkpoint each run exported); bold: the chosen one, the best "
+    score = score or f"validation {metric} (%, mean ± std over the seeds of the checkpoint each run exported)"
+    return "\n".join([f"\n## {title}\n\nPer cell, every candidate setting's {score}; bold: the chosen one, the best "
                       "mean (the first in grid order on a tie). Only the chosen setting was scored on test.\n", *lines])
 
 

@@ -97,6 +97,10 @@ class RobustnessStudy:
     grid: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     dfr_on_guided: bool = True
     dfr_retrains: int = 20
+    dfr_chooses: bool = False
+    """With ``dfr_on_guided``: choose the guided setting that DFR follows by DFR's own validation score (every
+    candidate run of a guided cell fitted, scored on the half of the validation split DFR does not train on) instead
+    of by the guided run's; with ``baseline_candidate``, guided + DFR is then never below ERM + DFR on validation."""
     waterbirds_root: str | None = None
     baseline_candidate: bool = True
     """Whether ERM itself (the guided runs' starting model, not fine-tuned) is a candidate of every guided cell's
@@ -105,6 +109,8 @@ class RobustnessStudy:
     def __post_init__(self) -> None:
         expect(self.seeds >= 1, "seeds", self.seeds, "an integer >= 1")
         expect(self.dfr_retrains >= 1, "dfr_retrains", self.dfr_retrains, "an integer >= 1")
+        expect(self.dfr_on_guided or not self.dfr_chooses, "dfr_chooses", self.dfr_chooses,
+               "false unless dfr_on_guided is true (it chooses what DFR retrains of the guided runs)")
         for key in ("correlation", "difficulty", "data_seed", "image_size"):
             expect(len(getattr(self, key)) > 0, key, getattr(self, key), "a non-empty list")
         expect(all(0 < f <= 1 for f in self.annotated_fraction), "annotated_fraction", self.annotated_fraction,
@@ -200,8 +206,10 @@ class RobustnessStudy:
 
     def dry_run(self) -> tuple[list[str], list[str]]:
         """The name of every training and of every DFR fit, in order (a DFR fit of a guided method with several
-        candidate settings retrains the one chosen on validation)."""
+        candidate settings retrains the one chosen on validation; with ``dfr_chooses``, every candidate)."""
         runs = self.runs(Path("."))
+        if self.dfr_chooses:
+            return [r.name for r, _ in runs], [f"{r.name} + DFR" for r, _ in self.dfr_bases(runs)]
         fits: dict[tuple[Any, ...], str] = {}
         for r, f in self.dfr_bases(runs):
             key = (*(f[k] for k in CELL), f["seed"])
@@ -232,7 +240,6 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
         scored = with_start(scored, CELL, baseline_of(scored, [m.name for m in study.methods]))
     choices = choose_cells([f for _, f in scored], CELL, recipe.select)
     chosen = [(r, f) for r, f in scored if f["setting"] == choices[tuple(f[k] for k in CELL)].chosen]
-    with_dfr = {r.name for r, _ in study.dfr_bases(chosen)}
     records: list[dict[str, Any]] = []
     splits: dict[tuple[DataVariant, str], Any] = {}
 
@@ -241,8 +248,39 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
             splits[variant, name] = study.load(variant, name)
         return splits[variant, name]
 
+    def variant_of(fields: dict[str, Any]) -> DataVariant:
+        return DataVariant(*(fields[key] for key in asdict(DataVariant())))
+
+    def dfr_fit(run_dir: Path, fields: dict[str, Any]) -> dict[str, Any]:
+        """DFR on the run in ``run_dir`` (kept beside it in ``dfr.json``): the chosen C, every C's selection score
+        and the retrained layer's test scores."""
+        variant = variant_of(fields)
+        val, test, model = split(variant, "val"), split(variant, "test"), run_dir / RUN_MODEL_FILE
+
+        def fit() -> dict[str, Any]:
+            result = deep_feature_reweighting(*extract_features(model, val, variant.image_size, recipe.batch_size,
+                                                                device),
+                                              val.num_classes, len(val.group_names), retrains=study.dfr_retrains,
+                                              seed=fields["seed"])
+            tested = score_last_layer(result.layer, *extract_features(model, test, variant.image_size,
+                                                                      recipe.batch_size, device), val.group_names)
+            return {"c": result.c, "selection": {str(c): s for c, s in result.selection.items()}, **tested}
+
+        return _cached(run_dir / "dfr.json", fit)
+
+    dfr_choices = {}
+    if study.dfr_chooses:  # every guided candidate fitted; DFR's own validation score chooses
+        fitted = [(r, {**f, "validation": _dfr_validation(dfr_fit(r.output_dir, f))})
+                  for r, f in study.dfr_bases(scored) if f["method"] != "baseline"]
+        dfr_choices = choose_cells([f for _, f in fitted], CELL, recipe.select)
+        dfr_runs = [(r, f) for r, f in study.dfr_bases(chosen) if f["method"] == "baseline"] + \
+            [(r, f) for r, f in fitted if f["setting"] == dfr_choices[tuple(f[k] for k in CELL)].chosen]
+    else:
+        dfr_runs = study.dfr_bases(chosen)
+    dfr_of = {(*(f[k] for k in CELL), f["seed"]): (r, f) for r, f in dfr_runs}  # per cell and seed
+
     for grid_run, fields in chosen:
-        variant = DataVariant(*(fields[key] for key in asdict(DataVariant())))
+        variant = variant_of(fields)
         train, val, test = split(variant, "train"), split(variant, "val"), split(variant, "test")
         counts = group_counts(train.groups, len(train.group_names))
         robust = next((m for m in study.robust if m.name == fields["method"]), None)
@@ -253,33 +291,33 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
                 "group_labels": robust.group_labels(len(train)) if robust else 0}
         records.append({**base, **{k: scores[k] for k in ("accuracy", "worst_group_accuracy", "epg")},
                         "weighted_accuracy": weighted_accuracy(scores, train.group_names, counts)})
-        if grid_run.name not in with_dfr:
+        dfr_run = dfr_of.get((*(fields[k] for k in CELL), fields["seed"]))
+        if dfr_run is None:
             continue
-
-        def dfr() -> dict[str, Any]:
-            model = run_dir / RUN_MODEL_FILE
-            fit = deep_feature_reweighting(*extract_features(model, val, variant.image_size, recipe.batch_size,
-                                                             device),
-                                           val.num_classes, len(val.group_names), retrains=study.dfr_retrains,
-                                           seed=fields["seed"])
-            tested = score_last_layer(fit.layer, *extract_features(model, test, variant.image_size,
-                                                                   recipe.batch_size, device), val.group_names)
-            return {"c": fit.c, "selection": {str(c): s for c, s in fit.selection.items()}, **tested}
-
-        fit = _cached(run_dir / "dfr.json", dfr)
-        records.append({**base, "method": f"{fields['method']}+dfr", "group_labels": len(val),
-                        "validation": fit["selection"][str(fit["c"])], "accuracy": fit["accuracy"],
+        fit = dfr_fit(dfr_run[0].output_dir, dfr_run[1])
+        records.append({**base, **{k: dfr_run[1][k] for k in ("setting", "epoch", "stopped_early")},
+                        "method": f"{fields['method']}+dfr",
+                        "group_labels": len(val), "validation": _dfr_validation(fit), "accuracy": fit["accuracy"],
                         "worst_group_accuracy": fit["worst_group_accuracy"], "epg": None,
                         "weighted_accuracy": weighted_accuracy(fit, val.group_names, counts)})
     rows = summarize(records, choices)
     selection = [{**dict(zip(CELL, key)), **choice.to_dict()} for key, choice in choices.items()]
+    selection += [{**dict(zip(CELL, key)), "after_dfr": True, **choice.to_dict()} for key, choice in dfr_choices.items()]
     results = {"study": asdict(study), "selection": selection, "records": records, "rows": rows}
     write_json_atomic(out / "study.json", results)
     fixed = [*asdict(DataVariant()), "seed", "method", "setting", "fraction", "group_labels", "boxes"]
     write_csv(out / "study.csv", records, [*fixed, "validation", *METRICS])
-    write_text_atomic(out / "study.md", study_markdown(study, rows) + curves_markdown(choices, CELL))
+    after_dfr = curves_markdown(dfr_choices, CELL, "Guided + DFR chosen on validation after DFR",
+                                "DFR's worst-group accuracy on the half of the validation split it does not train on (%, mean ± "
+                                "std over the seeds)")
+    write_text_atomic(out / "study.md", study_markdown(study, rows) + curves_markdown(choices, CELL) + after_dfr)
     plot_study(out / "study.png", study, rows)
     return results
+
+
+def _dfr_validation(fit: dict[str, Any]) -> float:
+    """A DFR fit's validation score: the worst-group accuracy of its chosen C on the half it does not train on."""
+    return fit["selection"][str(fit["c"])]
 
 
 def summarize(records: Sequence[dict[str, Any]],
@@ -330,7 +368,9 @@ def study_markdown(study: RobustnessStudy, rows: Sequence[dict[str, Any]]) -> st
         f"({grid or 'none'}) by the best mean validation {r.select} over the seeds (per box share for the guided "
         "methods" + ("; ERM itself, not fine-tuned, is a candidate of every guided cell: `baseline` where no "
                      "fine-tuning beat it" if study.baseline_candidate else "") +
-        "; +dfr retrains the chosen run); only the chosen setting's test numbers are reported. DFR chooses "
+        ("; +dfr of a guided method: the setting whose DFR fit scores best on DFR's own validation half (every "
+           "candidate fitted), which may differ from the guided row's" if study.dfr_chooses else
+           "; +dfr retrains the chosen run") + "); only the chosen setting's test numbers are reported. DFR chooses "
         "its regularisation on half of the validation split. Test split, %, mean ± std over seeds. mean: accuracy "
         "over the (group-balanced) test split; train-weighted: test group accuracies weighted by the training "
         "split's group proportions (DFR's average). group labels: images whose group label the method trains on "

@@ -172,3 +172,33 @@ def test_guidance_followed_by_dfr_trains_what_the_guidance_study_trained():
     trainings, fits = study.dry_run()
     assert with_dfr["robust"] == [] and with_dfr["dfr_on_guided"]
     assert len(trainings) == 8 * 3 * (1 + 2 * 3) and len(fits) == 8 * 3 * (1 + 2)
+
+
+def test_dfr_can_choose_what_it_follows_by_its_own_validation_score(tmp_path):
+    """``dfr_chooses``: DFR is fitted on every candidate of a guided cell (ERM itself among them) and the one whose
+    fit scores best on DFR's own validation half is the guided + DFR row — never below ERM + DFR on validation."""
+    study = {**TINY, "robust": [], "methods": [TINY["methods"][0]], "grid": {"energy": {"weight": [0.0, 1.0]}},
+             "dfr_chooses": True}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    assert main(["--quiet", "study", "robustness", str(tmp_path / "study.yaml"), "--out", str(tmp_path / "out")]) == 0
+    results = json.loads((tmp_path / "out" / "study.json").read_text())
+    folder = tmp_path / "out" / "corr0.75-diff0.5-data0-32px" / "seed-0"
+    candidates = {"baseline": "baseline", "weight0": "energy-weight0-boxes0.125", "weight1": "energy-weight1-boxes0.125"}
+    fits = {label: json.loads((folder / run / "dfr.json").read_text()) for label, run in candidates.items()}
+    after_dfr = {label: fit["selection"][str(fit["c"])] for label, fit in fits.items()}
+    chosen = max(after_dfr, key=after_dfr.__getitem__)
+    (choice,) = [c for c in results["selection"] if c.get("after_dfr")]
+    assert choice["chosen"] == chosen and {p["setting"]: p["mean"] for p in choice["curve"]} == pytest.approx(after_dfr)
+    records = {r["method"]: r for r in results["records"]}
+    assert records["energy+dfr"]["setting"] == chosen
+    assert records["energy+dfr"]["worst_group_accuracy"] == fits[chosen]["worst_group_accuracy"]
+    assert records["energy+dfr"]["validation"] >= records["baseline+dfr"]["validation"]
+    assert "## Guided + DFR chosen on validation after DFR" in (tmp_path / "out" / "study.md").read_text()
+    trainings, dfr_fits = load_config(RobustnessStudy, tmp_path / "study.yaml").dry_run()
+    assert len(dfr_fits) == 1 + 2 and len(trainings) == 3   # ERM and both guided candidates (ERM's fit is shared)
+
+
+def test_dfr_chooses_needs_dfr_on_guided(tmp_path):
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({**TINY, "dfr_on_guided": False, "dfr_chooses": True}))
+    with pytest.raises(ConfigError, match="dfr_chooses"):
+        load_config(RobustnessStudy, tmp_path / "study.yaml")
