@@ -67,7 +67,8 @@ def markdown(report: dict) -> str:
         memory = re.search(r"peak memory (\d+) MiB", row["setup"])
         kernels = re.search(r"(\d+) (?:kernels|profiled operations), ([\d.]+) ms \(longest: ([^)]*)\)", row["setup"])
         graphs = re.search(r"(\d+) graphs, (\d+) graph breaks, (\d+) recompilations", row["setup"])
-        out.append(f"| {step} | {row['ours']:.1f} | {row['ratio']:.2f} | {memory.group(1) + ' MiB' if memory else '—'} | "
+        out.append(f"| {step} | {row['ours']:.1f} | {row['ratio']:.2f} | "
+                   f"{memory.group(1) + ' MiB' if memory else '—'} | "
                    f"{f'{kernels.group(1)} ({kernels.group(2)} ms)' if kernels else '—'} | "
                    f"{' / '.join(graphs.groups()) if graphs else '—'} |")
         if kernels:

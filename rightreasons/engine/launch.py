@@ -188,8 +188,8 @@ def unanswered(error: Exception, group: dist.ProcessGroup | None) -> TrainingErr
     silent = "unknown (it failed before the processes formed their group of checks)"
     if group is not None:
         try:
-            dist.monitored_barrier(group=group, timeout=min(datetime.timedelta(seconds=_ROLL_CALL_S), process_timeout()),
-                                   wait_all_ranks=True)
+            roll_call = min(datetime.timedelta(seconds=_ROLL_CALL_S), process_timeout())
+            dist.monitored_barrier(group=group, timeout=roll_call, wait_all_ranks=True)
             silent = "none (all answered a roll call afterwards)"
         except RuntimeError as e:
             listed = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", str(e))

@@ -302,14 +302,15 @@ def run_study(study: RobustnessStudy, out: str | Path, device: torch.device | st
                         "weighted_accuracy": weighted_accuracy(fit, val.group_names, counts)})
     rows = summarize(records, choices)
     selection = [{**dict(zip(CELL, key)), **choice.to_dict()} for key, choice in choices.items()]
-    selection += [{**dict(zip(CELL, key)), "after_dfr": True, **choice.to_dict()} for key, choice in dfr_choices.items()]
+    selection += [{**dict(zip(CELL, key)), "after_dfr": True, **choice.to_dict()}
+                  for key, choice in dfr_choices.items()]
     results = {"study": asdict(study), "selection": selection, "records": records, "rows": rows}
     write_json_atomic(out / "study.json", results)
     fixed = [*asdict(DataVariant()), "seed", "method", "setting", "fraction", "group_labels", "boxes"]
     write_csv(out / "study.csv", records, [*fixed, "validation", *METRICS])
     after_dfr = curves_markdown(dfr_choices, CELL, "Guided + DFR chosen on validation after DFR",
-                                "DFR's worst-group accuracy on the half of the validation split it does not train on (%, mean ± "
-                                "std over the seeds)")
+                                "DFR's worst-group accuracy on the half of the validation split it does not train "
+                                "on (%, mean ± std over the seeds)")
     write_text_atomic(out / "study.md", study_markdown(study, rows) + curves_markdown(choices, CELL) + after_dfr)
     plot_study(out / "study.png", study, rows)
     return results

@@ -116,7 +116,8 @@ def test_masks_resample_at_pixel_centres_with_torchvision_versions_whose_resize_
         cols = ((torch.arange(size[1]) + 0.5) * 7 / size[1]).floor().long()
         assert isinstance(out, SegmentationMask) and torch.equal(out.as_subclass(torch.Tensor), mask[rows][:, cols])
     cropped = F.resized_crop(SegmentationMask(mask[None]), 1, 2, 4, 4, [8, 8])
-    assert torch.equal(cropped.as_subclass(torch.Tensor)[0], mask[1:5, 2:6].repeat_interleave(2, 0).repeat_interleave(2, 1))
+    doubled = mask[1:5, 2:6].repeat_interleave(2, 0).repeat_interleave(2, 1)   # 4 × 4 crop to 8 × 8: each pixel twice
+    assert torch.equal(cropped.as_subclass(torch.Tensor)[0], doubled)
 
 
 @pytest.mark.parametrize("trial", range(10))

@@ -1,6 +1,6 @@
 """No wait for another process is unbounded: a rank stopped with SIGSTOP in the middle of a two-process ``torchrun``
-run makes the other stop after ``RIGHTREASONS_PROCESS_TIMEOUT`` seconds (and a roll call of at most as long) with one
-``error:`` line naming the rank that did not answer. Before: it waited, silent, for the process group's 30-minute default."""
+run makes the other stop after ``RIGHTREASONS_PROCESS_TIMEOUT`` seconds (and a roll call of at most as long) with
+one ``error:`` line naming the rank that did not answer. Before: it waited, silent, for the process group's 30-minute default."""
 
 from __future__ import annotations
 

@@ -183,7 +183,8 @@ def test_dfr_can_choose_what_it_follows_by_its_own_validation_score(tmp_path):
     assert main(["--quiet", "study", "robustness", str(tmp_path / "study.yaml"), "--out", str(tmp_path / "out")]) == 0
     results = json.loads((tmp_path / "out" / "study.json").read_text())
     folder = tmp_path / "out" / "corr0.75-diff0.5-data0-32px" / "seed-0"
-    candidates = {"baseline": "baseline", "weight0": "energy-weight0-boxes0.125", "weight1": "energy-weight1-boxes0.125"}
+    candidates = {"baseline": "baseline", "weight0": "energy-weight0-boxes0.125",
+                  "weight1": "energy-weight1-boxes0.125"}
     fits = {label: json.loads((folder / run / "dfr.json").read_text()) for label, run in candidates.items()}
     after_dfr = {label: fit["selection"][str(fit["c"])] for label, fit in fits.items()}
     chosen = max(after_dfr, key=after_dfr.__getitem__)
