@@ -51,6 +51,16 @@ class _Inputs:
     big_maps: Tensor
     masks: Tensor
 
+    @property
+    def subset(self) -> int:
+        """Faithfulness correlation's subset size: 224 pixels (Quantus's default), at most the image."""
+        return min(224, self.x.shape[-1] * self.x.shape[-2])
+
+    @property
+    def k(self) -> int:
+        """Top-k's ``k``: 1000 (Quantus's default), at most half a map."""
+        return min(1000, self.masks[0].numel() // 2)
+
 
 def _inputs(device: torch.device, quick: bool) -> _Inputs:
     """The same inputs on any device (drawn on the CPU from one seed, then moved)."""
@@ -73,18 +83,16 @@ def _ours(a: _Inputs) -> dict[str, Callable[[], object]]:
     """Our metric calls on ``a``, one per case (scores, or curves for ROAD and IROF); the model-based ones first."""
     import rightreasons.metrics as M
 
-    subset = min(224, a.x.shape[-1] * a.x.shape[-2])
-    k = min(1000, a.masks[0].numel() // 2)
     seeded = lambda: torch.Generator().manual_seed(0)  # noqa: E731 - a fresh generator per call
     return {
         "faithfulness correlation": lambda: M.faithfulness_correlation(
-            a.model, a.x, a.y, a.maps, subset_size=subset, batch_size=len(a.x), generator=seeded()),
+            a.model, a.x, a.y, a.maps, subset_size=a.subset, batch_size=len(a.x), generator=seeded()),
         "ROAD (MoRF + LeRF)": lambda: M.road(a.model, a.x, a.y, a.maps, generator=seeded(), batch_size=len(a.x)),
         "IROF": lambda: M.irof(a.model, a.x, a.y, a.maps, segments=M.slic_segments(a.x), baseline=0.5,
                                batch_size=len(a.x)),
         "pointing game": lambda: M.pointing_game(a.big_maps, a.masks, tolerance=1),
         "relevance rank": lambda: M.relevance_rank_accuracy(a.big_maps, a.masks),
-        "top-k": lambda: M.top_k_intersection(a.big_maps, a.masks, k),
+        "top-k": lambda: M.top_k_intersection(a.big_maps, a.masks, a.k),
         "sparseness": lambda: M.sparseness(a.big_maps),
         "complexity": lambda: M.complexity(a.big_maps),
     }
@@ -96,8 +104,6 @@ def _theirs(a: _Inputs, device: torch.device) -> dict[str, Callable[[], object]]
 
     np.trapz = getattr(np, "trapz", np.trapezoid)   # Quantus 0.6.0's IROF calls np.trapz, gone in NumPy 2
     side = a.masks.shape[-1]
-    subset = min(224, a.x.shape[-1] * a.x.shape[-2])
-    k = min(1000, a.masks[0].numel() // 2)
     plain = {"abs": False, "normalise": False, "disable_warnings": True}
 
     def call(metric: object, maps: Tensor = a.maps, masks: Tensor | None = None) -> Callable[[], object]:
@@ -110,12 +116,12 @@ def _theirs(a: _Inputs, device: torch.device) -> dict[str, Callable[[], object]]
     road = quantus.ROAD(noise=0.01, percentages=list(range(10, 100, 10)), **plain)
     return {
         "faithfulness correlation": call(quantus.FaithfulnessCorrelation(
-            nr_runs=100, subset_size=subset, perturb_baseline=0.0, return_aggregate=False, **plain)),
+            nr_runs=100, subset_size=a.subset, perturb_baseline=0.0, return_aggregate=False, **plain)),
         "ROAD (MoRF + LeRF)": lambda: (call(road)(), call(road, -a.maps)()),
         "IROF": call(quantus.IROF(perturb_baseline=0.5, return_aggregate=False, **plain)),
         "pointing game": call(quantus.PointingGame(disable_warnings=True), a.big_maps, a.masks),
         "relevance rank": call(quantus.RelevanceRankAccuracy(**plain), a.big_maps, a.masks),
-        "top-k": call(quantus.TopKIntersection(k=k, **plain), a.big_maps, a.masks),
+        "top-k": call(quantus.TopKIntersection(k=a.k, **plain), a.big_maps, a.masks),
         "sparseness": call(quantus.Sparseness(**{**plain, "abs": True}), a.big_maps, a.masks),
         "complexity": call(quantus.Complexity(**{**plain, "abs": True}), a.big_maps, a.masks),
     }

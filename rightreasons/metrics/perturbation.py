@@ -25,6 +25,9 @@ __all__ = ["CurvePair", "PerturbationCurves", "PixelPerturbation", "area_between
            "pixel_ranks", "removal_fractions", "replacement_curve", "target_scores"]
 
 Output = Literal["logit", "softmax", "sigmoid"]
+Tracked = Literal["logit", "softmax", "sigmoid", "accuracy"]
+"""What :func:`target_scores` tracks: a score of the target class, or ``"accuracy"`` (1 where the prediction is the
+target, else 0; ROAD's measure)."""
 
 
 @dataclass
@@ -62,13 +65,16 @@ def check_output(where: str, output: str) -> None:
         raise ValueError(f"{where}: output must be 'logit', 'softmax' or 'sigmoid', got {output!r}")
 
 
-def target_scores(model: nn.Module, x: Tensor, targets: Tensor, output: Output = "softmax",
+def target_scores(model: nn.Module, x: Tensor, targets: Tensor, output: Tracked = "softmax",
                   batch_size: int = 64) -> Tensor:
-    """The model's ``output`` score ``[N]`` of class ``targets [N]`` on images ``x [N, C, H, W]``, ``batch_size``
-    images per forward pass."""
+    """The model's ``output`` score ``[N]`` of class ``targets [N]`` on images ``x [N, C, H, W]`` (``"accuracy"``:
+    1.0 where the prediction is the target), ``batch_size`` images per forward pass."""
     scores = []
     for start in range(0, len(x), batch_size):
         logits = model(x[start:start + batch_size])
+        if output == "accuracy":
+            scores.append((logits.argmax(1) == targets[start:start + batch_size]).to(logits.dtype))
+            continue
         if output == "softmax":
             logits = logits.softmax(1)
         elif output == "sigmoid":

@@ -35,22 +35,19 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import check_batch
-from .perturbation import CurvePair, area_between, check_output, pixel_ranks, removal_fractions, target_scores
+from .perturbation import (CurvePair, Tracked, area_between, check_output, pixel_ranks, removal_fractions,
+                           target_scores)
 
 __all__ = ["DIAGONAL_WEIGHT", "DIRECT_WEIGHT", "ROAD", "ROADCurves", "noisy_linear_imputation", "road"]
 
 DIRECT_WEIGHT, DIAGONAL_WEIGHT = 1 / 6, 1 / 12
 """ROAD's weights of a pixel's 4 direct and 4 diagonal neighbours (they sum to 1)."""
-
-RoadOutput = Literal["accuracy", "softmax", "sigmoid", "logit"]
-
 
 def _neighbour_sum(values: Tensor) -> Tensor:
     """``Σ_j w_ij v_j`` over the in-image neighbours of every pixel of ``values [B, H, W]``."""
@@ -179,16 +176,8 @@ class ROADCurves:
     area: Tensor
 
 
-@torch.no_grad()
-def _tracked(model: nn.Module, x: Tensor, targets: Tensor, output: RoadOutput, batch_size: int) -> Tensor:
-    if output != "accuracy":
-        return target_scores(model, x, targets, output, batch_size)
-    return torch.cat([model(x[s:s + batch_size]).argmax(1) == targets[s:s + batch_size]
-                      for s in range(0, len(x), batch_size)]).to(x.dtype if x.is_floating_point() else torch.float32)
-
-
 def road(model: nn.Module, images: Tensor, targets: Tensor, attributions: Tensor, num_steps: int = 9,
-         max_fraction: float = 0.9, output: RoadOutput = "accuracy", noise: float = 0.01,
+         max_fraction: float = 0.9, output: Tracked = "accuracy", noise: float = 0.01,
          generator: torch.Generator | None = None, batch_size: int = 64, tolerance: float = 1e-6) -> ROADCurves:
     """MoRF and LeRF ROAD curves of ``attributions`` for ``model`` (module docstring).
 
@@ -214,9 +203,10 @@ def road(model: nn.Module, images: Tensor, targets: Tensor, attributions: Tensor
     curves = []
     for most_first in (True, False):
         ranks = pixel_ranks(attributions.to(images.device), most_first).view(n, h, w)
-        curves.append(torch.stack([
-            _tracked(model, noisy_linear_imputation(images, ranks < count, noise, generator, tolerance),
-                     targets, output, batch_size) for count in counts], 1))
+        with torch.no_grad():
+            curves.append(torch.stack([
+                target_scores(model, noisy_linear_imputation(images, ranks < count, noise, generator, tolerance),
+                              targets, output, batch_size) for count in counts], 1))
     morf, lerf = curves
     fractions = fractions.to(device=images.device, dtype=morf.dtype)
     morf_area, lerf_area = (torch.trapezoid(curve, fractions, dim=-1) for curve in (morf, lerf))
