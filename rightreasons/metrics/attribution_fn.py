@@ -32,9 +32,14 @@ def attribution_fn(method: str = "bcos", layer: str = "input", **options: Any) -
     return fn
 
 
-def run_attribution(fn: AttributionFn, model: nn.Module, x: Tensor, target: Tensor) -> Tensor:
+def run_attribution(fn: AttributionFn, model: nn.Module, x: Tensor, target: Tensor,
+                    batch_size: int | None = None) -> Tensor:
     """Call ``fn`` with gradients enabled (evaluation loops often run under ``no_grad``) and return its detached
-    maps, checked to be ``[N, H, W]`` at the resolution of ``x [N, C, H, W]``."""
+    maps, checked to be ``[N, H, W]`` at the resolution of ``x [N, C, H, W]``; ``batch_size`` images per call
+    (``None``: all at once)."""
+    if batch_size is not None and batch_size < len(x):
+        return torch.cat([run_attribution(fn, model, x[s:s + batch_size], target[s:s + batch_size])
+                          for s in range(0, len(x), batch_size)])
     with torch.enable_grad():
         maps = fn(model, x, target)
     expected = (x.shape[0], *x.shape[-2:])

@@ -57,13 +57,6 @@ def _reinitialise(layer: nn.Module, seed: int) -> None:
             target.copy_(value)
 
 
-def _flat_maps(model: nn.Module, images: Tensor, targets: Tensor, attribution: AttributionFn,
-               batch_size: int) -> Tensor:
-    """The maps ``[N, H·W]`` of ``attribution`` for ``model``, ``batch_size`` images per call."""
-    return torch.cat([run_attribution(attribution, model, images[s:s + batch_size], targets[s:s + batch_size])
-                      for s in range(0, len(images), batch_size)]).flatten(1)
-
-
 def _check(model: nn.Module, layers: Sequence[str], mode: str) -> list[str]:
     if mode not in ("cascade", "independent"):
         raise ValueError(f"model_randomisation: mode must be 'cascade' or 'independent', got {mode!r}")
@@ -97,7 +90,7 @@ def model_randomisation(model: nn.Module, images: Tensor, targets: Tensor, attri
     targets = targets.to(images.device).long()
 
     def maps(net: nn.Module) -> Tensor:
-        return _flat_maps(net, images, targets, attribution, batch_size)
+        return run_attribution(attribution, net, images, targets, batch_size).flatten(1)
 
     trained = maps(model)
     randomised = copy.deepcopy(model)
@@ -152,8 +145,9 @@ def label_randomisation(model: nn.Module, random_label_model: nn.Module, images:
     """
     check_batch("label_randomisation", images, targets)
     targets = targets.to(images.device).long()
-    trained = _flat_maps(model, images, targets, attribution, batch_size)
-    return spearman(trained, _flat_maps(random_label_model, images, targets, attribution, batch_size).to(trained.dtype))
+    trained, randomised = (run_attribution(attribution, net, images, targets, batch_size).flatten(1)
+                           for net in (model, random_label_model))
+    return spearman(trained, randomised.to(trained.dtype))
 
 
 class LabelRandomisation(PerSampleMean):

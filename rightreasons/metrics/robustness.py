@@ -49,14 +49,13 @@ def sensitivities(model: nn.Module, images: Tensor, targets: Tensor, attribution
     """
     _check_batch("sensitivities", images, targets, num_samples, radius, "radius")
     targets = targets.to(images.device).long()
-    maps = run_attribution(attribution, model, images, targets)
+    maps = run_attribution(attribution, model, images, targets, batch_size)
     noise = (torch.rand(num_samples, *images.shape[1:], generator=generator, dtype=images.dtype) * 2 - 1) * radius
     norm = maps.flatten(1).norm(dim=1)
     norm = torch.where(norm > 0, norm, torch.ones_like(norm))
     changes = []
     for delta in noise.to(images.device):
-        perturbed = torch.cat([run_attribution(attribution, model, images[s:s + batch_size] + delta,
-                                               targets[s:s + batch_size]) for s in range(0, len(images), batch_size)])
+        perturbed = run_attribution(attribution, model, images + delta, targets, batch_size)
         changes.append((perturbed - maps).flatten(1).norm(dim=1) / norm)
     return torch.stack(changes, 1)
 
